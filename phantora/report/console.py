@@ -1,0 +1,37 @@
+"""Rich console output: the results table and progress over long runs."""
+
+from collections.abc import Iterable, Iterator
+from typing import TypeVar
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from phantora.report.summary import CollectiveResult
+from phantora.units import format_bytes
+
+T = TypeVar("T")
+
+
+def collectives_table(results: list[CollectiveResult], title: str) -> Table:
+    table = Table(title=title)
+    for name in ("op", "bytes", "ranks", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "algo/proto",
+                 "channels"):
+        table.add_column(name, justify="left" if name in ("op", "algo/proto") else "right")
+    for r in results:
+        table.add_row(r.op, format_bytes(r.bytes), str(r.ranks), f"{r.time_us:.1f}",
+                      f"{r.algbw_gbs:.2f}", f"{r.busbw_gbs:.2f}", f"{r.algorithm}/{r.protocol}",
+                      str(r.channels))
+    return table
+
+
+def with_progress(items: Iterable[T], total: int, description: str, console: Console) -> Iterator[T]:
+    """Yield ``items`` while showing a progress bar (hidden when the console is not a terminal)."""
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeRemainingColumn())
+    with Progress(*columns, console=console, transient=True,
+                  disable=not console.is_terminal) as progress:
+        task = progress.add_task(description, total=total)
+        for item in items:
+            yield item
+            progress.advance(task)

@@ -1,0 +1,54 @@
+"""``summary.json``: the machine-readable result other tools parse.
+
+The schema lives here, in one dataclass tree; bump ``SCHEMA_VERSION`` on any incompatible
+change. Field names carry their units.
+"""
+
+import json
+import resource
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from phantora import __version__
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveResult:
+    """One simulated collective, reported the way nccl-tests reports it."""
+
+    op: str
+    bytes: int
+    """nccl-tests convention: the largest buffer (all_gather output, reduce_scatter input)."""
+    ranks: int
+    time_us: float
+    algbw_gbs: float
+    """bytes / time, in GB/s (10^9 bytes per second)."""
+    busbw_gbs: float
+    """algbw times nccl-tests' bus factor (all_reduce 2(n-1)/n; AG, RS, all_to_all (n-1)/n)."""
+    algorithm: str
+    protocol: str
+    channels: int
+    flows: int
+    """Flows the collective was decomposed into."""
+
+
+@dataclass
+class Summary:
+    scenario: dict[str, Any]
+    workload: str
+    collectives: list[CollectiveResult] = field(default_factory=list)
+    network: dict[str, Any] = field(default_factory=dict)
+    simulated_ns: int = 0
+    wall_seconds: dict[str, float] = field(default_factory=dict)
+    peak_rss_bytes: int = 0
+    schema_version: int = SCHEMA_VERSION
+    tool: str = "phantora-ns3"
+    version: str = __version__
+
+    def write(self, path: Path) -> None:
+        self.peak_rss_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(asdict(self), indent=2) + "\n")
