@@ -1,0 +1,690 @@
+"""Measure NCCL collectives on the GPUs of one host as nccl-tests does, and record what NCCL chose.
+
+Ground truth for phantora's NCCL model: per (op, size) the time per call, algbw and busbw
+(nccl-tests definitions, doc/PERFORMANCE.md), and the algorithm, protocol and channel count
+NCCL's tuner picked, read back from its ``NCCL_DEBUG=INFO`` log. Forced ``NCCL_ALGO`` x
+``NCCL_PROTO`` all_reduce sweeps calibrate the protocol model. One process per GPU, bf16.
+
+Usages (run from the repository root; ``PYTHONPATH=.`` where phantora is not pip-installed):
+
+ 1. Full sweep on every visible GPU, default sizes 64KiB..1GiB x2, plus the forced variants:
+      python3 scripts/measure_collectives.py --out /tmp/coll
+ 2. Two ops, coarser sizes, no forced variants:
+      python3 scripts/measure_collectives.py --out /tmp/coll --ops all_reduce,all_gather \\
+          --step-factor 4 --variants default
+ 3. Show the plan without touching a GPU:
+      python3 scripts/measure_collectives.py --out /tmp/coll --ngpus 2 --dry-run
+ 4. Print a stored table, re-reading NCCL's choices from the raw logs (a directory, or a
+    .tar.gz of the ``logs/`` directory as the device run sent it back):
+      python3 scripts/measure_collectives.py \\
+          --import-result scripts/data/collectives/h200x2/results.csv \\
+          --log-dir scripts/data/collectives/h200x2/logs.tar.gz
+
+Output of a run under ``--out DIR``: ``results.csv`` (one row per variant, op and size),
+``system.txt`` (GPU, driver, NVLink topology, versions) and ``logs/nccl_<variant>_rank<r>.log``.
+
+Timing: after ``--warmup`` calls, ``--iters`` back-to-back calls are bracketed by CUDA events
+on the caller's stream, ``--repeats`` times; a rank's time is the median of the repeats'
+per-call averages. ``time_us`` is the mean of the ranks' times (nccl-tests ``-a 1``),
+``time_max_us`` their maximum. Before each timed loop a ``torch.cuda._sleep`` of
+``--prefill-us`` holds the stream so that all calls are queued before the first starts: the
+events then see device time, not PyTorch's per-call host overhead (nccl-tests launches from C
+with far less overhead, so this is the closer comparison).
+
+NB: ``torch.distributed`` has only in-place all_reduce and broadcast; nccl-tests' default
+numbers are out-of-place. NCCL moves the same bytes either way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import multiprocessing
+import os
+import platform
+import queue as queue_module
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tarfile
+import traceback
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, fields
+from multiprocessing.queues import Queue
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from phantora.units import format_bytes, parse_bytes
+
+if TYPE_CHECKING:
+    import torch
+
+# NVLink multicast (NVLS) can take a shared host's GPUs out of service: keep it off in every
+# process, whatever the caller's environment says.
+SAFETY_ENV = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
+# The name NCCL prints for each op in its tuning lines (enqueue.cc, "Bytes -> Algo").
+NCCL_FUNC = {
+    "all_reduce": "AllReduce",
+    "all_gather": "AllGather",
+    "reduce_scatter": "ReduceScatter",
+    "broadcast": "Broadcast",
+    "all_to_all": "AlltoAll",
+}
+# Ops whose NCCL count is per rank (sendcount, recvcount, per-peer count), not the whole buffer.
+PER_RANK_COUNT_OPS = frozenset({"all_gather", "reduce_scatter", "all_to_all"})
+FORCED_ALGOS = ("Ring", "Tree")
+FORCED_PROTOS = ("Simple", "LL", "LL128")
+DEFAULT_FORCED_SIZES = "64KiB,1MiB,16MiB,256MiB,1GiB"
+DEFAULT_DEBUG_SUBSYS = "INIT,ENV,TUNING,GRAPH"
+BF16_BYTES = 2
+
+_TUNING_LINE = re.compile(
+    r"NCCL INFO (?P<func>\w+): (?P<nbytes>\d+) Bytes -> Algo (?P<algo>\S+) proto (?P<proto>\S+) "
+    r"channel\{Lo\.\.Hi\}=\{(?P<lo>\d+)\.\.(?P<hi>\d+)\}"
+)
+
+
+# --- pure helpers (no torch) ------------------------------------------------------------------
+
+
+def size_ladder(min_bytes: int, max_bytes: int, factor: int) -> list[int]:
+    """Sizes ``min_bytes * factor**k`` up to ``max_bytes``, as nccl-tests ``-b -e -f``."""
+    if min_bytes <= 0 or max_bytes < min_bytes or factor < 2:
+        raise ValueError(
+            f"need 0 < min ({min_bytes}) <= max ({max_bytes}) and factor ({factor}) >= 2"
+        )
+    sizes = []
+    nbytes = min_bytes
+    while nbytes <= max_bytes:
+        sizes.append(nbytes)
+        nbytes *= factor
+    return sizes
+
+
+def busbw_factor(op: str, ngpus: int) -> float:
+    """nccl-tests' bus-bandwidth factor: what each rank's link carries per byte of algbw."""
+    if op == "all_reduce":
+        return 2 * (ngpus - 1) / ngpus
+    if op == "broadcast":
+        return 1.0
+    return (ngpus - 1) / ngpus
+
+
+def nccl_logged_bytes(op: str, nbytes: int, ngpus: int) -> int:
+    """Bytes NCCL prints for a call whose nccl-tests size is ``nbytes`` (count x dtype size)."""
+    return nbytes // ngpus if op in PER_RANK_COUNT_OPS else nbytes
+
+
+def check_pattern(op: str, rank: int, ngpus: int) -> tuple[list[int], list[int]]:
+    """Per-chunk input values and expected output values of an exact check (small ints in bf16).
+
+    Buffers are viewed as ``ngpus`` equal chunks; all_to_all sends chunk j to rank j.
+    """
+    if op == "all_to_all":
+        sent = [rank * ngpus + j + 1 for j in range(ngpus)]
+        return sent, [i * ngpus + rank + 1 for i in range(ngpus)]
+    sent = [rank + 1] * ngpus
+    total = ngpus * (ngpus + 1) // 2
+    expected = {
+        "all_reduce": [total] * ngpus,
+        "reduce_scatter": [total] * ngpus,
+        "broadcast": [1] * ngpus,  # root 0 sends its rank + 1
+        "all_gather": [i + 1 for i in range(ngpus)],
+    }[op]
+    return sent, expected
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """One NCCL configuration to measure: its own processes, communicator and log."""
+
+    name: str
+    """``"default"`` (NCCL's own choice) or ``"<algo>/<proto>"`` as given to NCCL."""
+    ops: tuple[str, ...]
+    sizes_bytes: tuple[int, ...]
+
+    @property
+    def env(self) -> dict[str, str]:
+        """NCCL variables that force this variant; empty for the default."""
+        if self.name == "default":
+            return {}
+        algo, proto = self.name.split("/")
+        return {"NCCL_ALGO": algo, "NCCL_PROTO": proto}
+
+
+def rank_log_name(variant: str, rank: int) -> str:
+    """``"Ring/LL"``, 1 -> ``"nccl_Ring-LL_rank1.log"``."""
+    return f"nccl_{variant.replace('/', '-')}_rank{rank}.log"
+
+
+def parse_variant_names(text: str) -> list[str]:
+    """``"default,Ring/LL"`` -> names; ``"all"`` is default plus every forced pair."""
+    forced = [f"{a}/{p}" for a in FORCED_ALGOS for p in FORCED_PROTOS]
+    if text == "all":
+        return ["default", *forced]
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name != "default" and name not in forced]
+    if unknown:
+        raise ValueError(f"unknown variant(s) {unknown}; expected 'default', 'all' or {forced}")
+    return names
+
+
+@dataclass(frozen=True, slots=True)
+class TuningChoice:
+    """What NCCL's tuner picked for one call, as printed on rank 0."""
+
+    algo: str
+    proto: str
+    nchannels: int
+
+
+def parse_tuning_log(lines: Iterable[str]) -> dict[tuple[str, int], Counter[TuningChoice]]:
+    """Count NCCL's choices per (NCCL function name, logged bytes) in a rank-0 debug log."""
+    choices: dict[tuple[str, int], Counter[TuningChoice]] = {}
+    for line in lines:
+        match = _TUNING_LINE.search(line)
+        if match is None:
+            continue
+        key = (match["func"], int(match["nbytes"]))
+        nchannels = int(match["hi"]) - int(match["lo"]) + 1
+        choice = TuningChoice(match["algo"], match["proto"], nchannels)
+        choices.setdefault(key, Counter())[choice] += 1
+    return choices
+
+
+@dataclass(slots=True)
+class ResultRow:
+    """One line of results.csv; field order is the column order."""
+
+    gpu: str
+    ngpus: int
+    op: str
+    bytes: int
+    time_us: float
+    algbw_gbs: float
+    busbw_gbs: float
+    algo: str
+    proto: str
+    nchannels: str
+    variant: str
+    time_max_us: float
+
+
+CSV_COLUMNS = tuple(f.name for f in fields(ResultRow))
+
+
+def make_row(gpu: str, ngpus: int, variant: str, op: str, nbytes: int,
+             rank_times_us: Sequence[float]) -> ResultRow:
+    """Combine the ranks' times into one row; bandwidths in GB/s (1e9 B/s) as nccl-tests."""
+    time_us = statistics.fmean(rank_times_us)
+    algbw_gbs = nbytes / (time_us * 1e-6) / 1e9
+    return ResultRow(
+        gpu=gpu, ngpus=ngpus, op=op, bytes=nbytes, time_us=round(time_us, 3),
+        algbw_gbs=round(algbw_gbs, 3),
+        busbw_gbs=round(algbw_gbs * busbw_factor(op, ngpus), 3),
+        algo="", proto="", nchannels="", variant=variant,
+        time_max_us=round(max(rank_times_us), 3),
+    )
+
+
+def read_rank0_logs(log_source: Path) -> dict[str, list[str]]:
+    """Rank-0 log lines by file name, from a log directory or a .tar.gz of ``logs/``."""
+    if log_source.is_dir():
+        paths = sorted(log_source.glob(rank_log_name("*", 0)))
+        return {path.name: path.read_text(errors="replace").splitlines() for path in paths}
+    logs = {}
+    with tarfile.open(log_source) as archive:
+        for member in archive.getmembers():
+            name = Path(member.name)
+            if name.parent.name == "logs" and name.match(rank_log_name("*", 0)):
+                data = archive.extractfile(member)
+                if data is not None:
+                    logs[name.name] = data.read().decode(errors="replace").splitlines()
+    return logs
+
+
+def annotate_rows(rows: list[ResultRow], log_source: Path) -> list[str]:
+    """Fill algo/proto/nchannels from each variant's rank-0 log; return warnings to print."""
+    warnings: list[str] = []
+    logs = read_rank0_logs(log_source)
+    parsed: dict[str, dict[tuple[str, int], Counter[TuningChoice]]] = {}
+    for row in rows:
+        name = rank_log_name(row.variant, 0)
+        if name not in parsed:
+            if name not in logs:
+                warnings.append(f"no {name} in {log_source}: NCCL's choices for {row.variant} "
+                                "unknown")
+            parsed[name] = parse_tuning_log(logs.get(name, ()))
+        key = (NCCL_FUNC[row.op], nccl_logged_bytes(row.op, row.bytes, row.ngpus))
+        counts = parsed[name].get(key)
+        if counts is None:
+            row.algo = row.proto = row.nchannels = ""
+            continue
+        (choice, _), *others = counts.most_common()
+        row.algo, row.proto, row.nchannels = choice.algo, choice.proto, str(choice.nchannels)
+        if others:
+            warnings.append(
+                f"{row.variant} {row.op} {format_bytes(row.bytes)}: NCCL made several choices "
+                f"{dict(counts)}; recorded the most common"
+            )
+    return warnings
+
+
+def write_csv(rows: Sequence[ResultRow], path: Path) -> None:
+    """results.csv with the columns of ``ResultRow``."""
+    with path.open("w", newline="") as out:
+        writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS)
+        writer.writeheader()
+        writer.writerows(asdict(row) for row in rows)
+
+
+def read_csv(path: Path) -> list[ResultRow]:
+    """Rows written by ``write_csv``."""
+    with path.open(newline="") as src:
+        return [
+            ResultRow(
+                gpu=rec["gpu"], ngpus=int(rec["ngpus"]), op=rec["op"], bytes=int(rec["bytes"]),
+                time_us=float(rec["time_us"]), algbw_gbs=float(rec["algbw_gbs"]),
+                busbw_gbs=float(rec["busbw_gbs"]), algo=rec["algo"], proto=rec["proto"],
+                nchannels=rec["nchannels"], variant=rec["variant"],
+                time_max_us=float(rec["time_max_us"]),
+            )
+            for rec in csv.DictReader(src)
+        ]
+
+
+def format_table(rows: Sequence[ResultRow]) -> str:
+    """A fixed-width table in nccl-tests' spirit, one line per row."""
+    header = (f"{'variant':<12} {'op':<15} {'size':>8} {'time_us':>10} {'max_us':>10} "
+              f"{'algbw':>8} {'busbw':>8}  {'algo':<6} {'proto':<6} {'nch':>3}")
+    lines = [header, "-" * len(header)]
+    for row in rows:
+        lines.append(
+            f"{row.variant:<12} {row.op:<15} {format_bytes(row.bytes):>8} {row.time_us:>10.2f} "
+            f"{row.time_max_us:>10.2f} {row.algbw_gbs:>8.2f} {row.busbw_gbs:>8.2f}  "
+            f"{row.algo:<6} {row.proto:<6} {row.nchannels:>3}"
+        )
+    return "\n".join(lines)
+
+
+# --- GPU side (one process per rank) ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TimingSpec:
+    """How each (op, size) is timed; nccl-tests ``-w 5 -n 20`` by default."""
+
+    warmup: int
+    iters: int
+    repeats: int
+    prefill_us: int
+    # torch.cuda._sleep counts SM cycles; 2 GHz is at or above the H100/H200 boost clock, so the
+    # hold lasts at least prefill_us.
+    cycles_per_us: int = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class NcclLogSpec:
+    """What NCCL writes to each rank's log file."""
+
+    level: str
+    """NCCL_DEBUG: INFO records the tuner's choices; WARN keeps logging off the host's path."""
+    subsys: str
+    """NCCL_DEBUG_SUBSYS."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerArgs:
+    """Everything one rank process needs (pickled to the spawned child)."""
+
+    rank: int
+    ngpus: int
+    port: int
+    variant: Variant
+    timing: TimingSpec
+    log_path: Path
+    log_spec: NcclLogSpec
+    timeout_s: int
+
+
+def _buffers(op: str, nbytes: int, ngpus: int,
+             device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input, output) bf16 buffers of an nccl-tests size; the same tensor for in-place ops."""
+    import torch
+
+    numel = nbytes // BF16_BYTES
+    big = torch.empty(numel, dtype=torch.bfloat16, device=device)
+    if op in ("all_reduce", "broadcast"):
+        return big, big
+    small = torch.empty(numel // ngpus, dtype=torch.bfloat16, device=device)
+    if op == "all_gather":
+        return small, big
+    if op == "reduce_scatter":
+        return big, small
+    return big, torch.empty_like(big)  # all_to_all: per-rank buffer in and out
+
+
+def _launch(op: str, inp: torch.Tensor, out: torch.Tensor) -> None:
+    """One synchronous-on-stream collective call through torch.distributed."""
+    import torch.distributed as dist
+
+    if op == "all_reduce":
+        dist.all_reduce(inp)
+    elif op == "broadcast":
+        dist.broadcast(inp, src=0)
+    elif op == "all_gather":
+        dist.all_gather_into_tensor(out, inp)
+    elif op == "reduce_scatter":
+        dist.reduce_scatter_tensor(out, inp)
+    else:
+        dist.all_to_all_single(out, inp)
+
+
+def _check(op: str, inp: torch.Tensor, out: torch.Tensor, rank: int, ngpus: int) -> None:
+    """Run the op once on exact small-integer data and compare every element."""
+    import torch
+
+    sent, expected = check_pattern(op, rank, ngpus)
+    out.fill_(float("nan"))  # poison first: an unwritten element fails the comparison
+    inp.view(ngpus, -1).copy_(torch.tensor(sent, dtype=inp.dtype, device=inp.device)[:, None])
+    _launch(op, inp, out)
+    want = torch.tensor(expected, dtype=out.dtype, device=out.device)[:, None]
+    if not torch.equal(out.view(ngpus, -1), want.expand(ngpus, out.numel() // ngpus)):
+        raise RuntimeError(f"rank {rank}: {op} from {inp.numel()} to {out.numel()} elements "
+                           "gave a wrong result")
+
+
+def _time_op(op: str, nbytes: int, rank: int, ngpus: int, timing: TimingSpec,
+             device: torch.device) -> float:
+    """Median over repeats of the per-call device time in microseconds."""
+    import torch
+    import torch.distributed as dist
+
+    inp, out = _buffers(op, nbytes, ngpus, device)
+    _check(op, inp, out, rank, ngpus)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    per_call_us: list[float] = []
+    for repeat in range(timing.repeats):
+        # Random data, refreshed so in-place all_reduce (x ngpus per call) never overflows;
+        # zeros could run faster than real data.
+        inp.normal_()
+        for _ in range(timing.warmup if repeat == 0 else 0):
+            _launch(op, inp, out)
+        dist.barrier()
+        torch.cuda.synchronize(device)
+        torch.cuda._sleep(timing.prefill_us * timing.cycles_per_us)
+        start.record()
+        for _ in range(timing.iters):
+            _launch(op, inp, out)
+        end.record()
+        end.synchronize()
+        per_call_us.append(start.elapsed_time(end) * 1000.0 / timing.iters)
+    return statistics.median(per_call_us)
+
+
+def _worker(args: WorkerArgs, results: Queue[tuple[str, int, object]]) -> None:
+    """One rank: NCCL communicator for the variant, then every (op, size) in order."""
+    try:
+        for key in ("NCCL_ALGO", "NCCL_PROTO"):
+            os.environ.pop(key, None)
+        os.environ.update(SAFETY_ENV)
+        os.environ.update(args.variant.env)
+        os.environ.update({"NCCL_DEBUG": args.log_spec.level,
+                           "NCCL_DEBUG_SUBSYS": args.log_spec.subsys,
+                           "NCCL_DEBUG_FILE": str(args.log_path)})
+        import torch
+        import torch.distributed as dist
+
+        device = torch.device("cuda", args.rank)
+        torch.cuda.set_device(device)
+        dist.init_process_group(
+            "nccl", init_method=f"tcp://127.0.0.1:{args.port}", rank=args.rank,
+            world_size=args.ngpus, device_id=device,
+            timeout=datetime.timedelta(seconds=args.timeout_s),
+        )
+        times = {
+            (op, nbytes): _time_op(op, nbytes, args.rank, args.ngpus, args.timing, device)
+            for op in args.variant.ops
+            for nbytes in args.variant.sizes_bytes
+        }
+        dist.destroy_process_group()
+        results.put(("ok", args.rank, times))
+    except BaseException:
+        results.put(("error", args.rank, traceback.format_exc()))
+        raise
+
+
+# --- orchestration ----------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def run_variant(variant: Variant, ngpus: int, timing: TimingSpec, log_dir: Path,
+                log_spec: NcclLogSpec, timeout_s: int) -> dict[tuple[str, int], list[float]]:
+    """Spawn one process per GPU for ``variant``; per (op, bytes), each rank's time in us.
+
+    Raises RuntimeError with the failing rank's traceback, or when the ranks outlive
+    ``timeout_s`` (their processes are killed first).
+    """
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    port = _free_port()
+    procs = [
+        ctx.Process(target=_worker, args=(
+            WorkerArgs(rank, ngpus, port, variant, timing,
+                       log_dir / rank_log_name(variant.name, rank), log_spec, timeout_s),
+            results,
+        ))
+        for rank in range(ngpus)
+    ]
+    for proc in procs:
+        proc.start()
+    per_rank: dict[int, dict[tuple[str, int], float]] = {}
+    try:
+        for _ in range(ngpus):
+            status, rank, payload = results.get(timeout=timeout_s)
+            if status != "ok":
+                raise RuntimeError(f"variant {variant.name}: rank {rank} failed:\n{payload}")
+            per_rank[rank] = payload
+    except queue_module.Empty:
+        raise RuntimeError(f"variant {variant.name}: no result within {timeout_s} s") from None
+    finally:
+        for proc in procs:
+            proc.join(timeout=30)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+    return {key: [per_rank[r][key] for r in range(ngpus)] for key in per_rank[0]}
+
+
+def _command_output(argv: Sequence[str]) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+        return (done.stdout + done.stderr).rstrip()
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"<{exc}>"
+
+
+def _git_commit() -> str:
+    """The checkout's commit; device copies of the tree may carry no history."""
+    try:
+        done = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True,
+                              text=True, timeout=60, check=False, cwd=Path(__file__).parent)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown (git not runnable)"
+    return done.stdout.strip() if done.returncode == 0 else "unknown (no git history here)"
+
+
+def system_report() -> dict[str, str]:
+    """GPU, driver, NVLink topology, software versions and git commit, by section title."""
+    import torch
+
+    nccl = ".".join(str(part) for part in torch.cuda.nccl.version())
+    return {
+        "date (UTC)": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "host": f"{platform.node()} {platform.platform()}",
+        "git": _git_commit(),
+        "python": sys.version.split()[0],
+        "torch": f"{torch.__version__} (CUDA {torch.version.cuda})",
+        "nccl (torch.cuda.nccl.version)": nccl,
+        "gpus (torch)": ", ".join(torch.cuda.get_device_name(i)
+                                  for i in range(torch.cuda.device_count())),
+        "safety env": " ".join(f"{k}={v}" for k, v in SAFETY_ENV.items()),
+        "nvidia-smi --query-gpu": _command_output([
+            "nvidia-smi", "--query-gpu=index,name,driver_version,memory.total,clocks.max.sm,"
+            "clocks.max.mem,power.limit,pci.bus_id", "--format=csv"]),
+        "nvidia-smi topo -m": _command_output(["nvidia-smi", "topo", "-m"]),
+        "nvidia-smi nvlink -s": _command_output(["nvidia-smi", "nvlink", "-s"]),
+    }
+
+
+_HEADLINE_KEYS = ("date (UTC)", "git", "gpus (torch)", "torch", "nccl (torch.cuda.nccl.version)")
+
+
+def describe_plan(variants: Sequence[Variant], ngpus: int | None, timing: TimingSpec) -> str:
+    """Human-readable plan, printed before a run and by ``--dry-run``."""
+    lines = [f"GPUs: {ngpus if ngpus else 'all visible'}; timing: {timing}"]
+    for variant in variants:
+        sizes = ", ".join(format_bytes(n) for n in variant.sizes_bytes)
+        env = variant.env or "NCCL defaults"
+        lines.append(f"  {variant.name:<12} {env}: {', '.join(variant.ops)} at {sizes}")
+    return "\n".join(lines)
+
+
+def build_plan(args: argparse.Namespace) -> list[Variant]:
+    """Default variant: every requested op over the size ladder; forced: all_reduce only."""
+    ops = tuple(op.strip() for op in args.ops.split(","))
+    unknown = [op for op in ops if op not in OPS]
+    if unknown:
+        raise ValueError(f"unknown op(s) {unknown}; expected some of {OPS}")
+    ladder = tuple(size_ladder(parse_bytes(args.min_bytes), parse_bytes(args.max_bytes),
+                               args.step_factor))
+    forced_sizes = tuple(parse_bytes(s) for s in args.forced_sizes.split(","))
+    return [
+        Variant(name, ops, ladder) if name == "default"
+        else Variant(name, ("all_reduce",), forced_sizes)
+        for name in parse_variant_names(args.variants)
+    ]
+
+
+def _check_divisible(plan: Sequence[Variant], ngpus: int) -> None:
+    for variant in plan:
+        for nbytes in variant.sizes_bytes:
+            if nbytes % (BF16_BYTES * ngpus * ngpus):
+                raise ValueError(f"size {nbytes} B is not a multiple of 2 B x {ngpus}^2 GPUs")
+
+
+def run(plan: Sequence[Variant], ngpus: int, timing: TimingSpec, out_dir: Path,
+        log_spec: NcclLogSpec, timeout_s: int) -> list[ResultRow]:
+    """Measure every variant; a failed variant is reported and skipped, not fatal."""
+    import torch
+
+    gpu = torch.cuda.get_device_name(0)
+    log_dir = out_dir / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    report = system_report()
+    (out_dir / "system.txt").write_text(
+        "\n\n".join(f"== {title}\n{body}" for title, body in report.items()) + "\n")
+    print(" | ".join(f"{key}: {report[key]}" for key in _HEADLINE_KEYS), flush=True)
+    rows: list[ResultRow] = []
+    for variant in plan:
+        print(f"-- variant {variant.name}", flush=True)
+        try:
+            times = run_variant(variant, ngpus, timing, log_dir, log_spec, timeout_s)
+        except RuntimeError as exc:
+            print(f"!! {exc}", flush=True)
+            continue
+        rows.extend(make_row(gpu, ngpus, variant.name, op, nbytes, rank_times)
+                    for (op, nbytes), rank_times in times.items())
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, help="directory for results.csv, system.txt, logs/")
+    parser.add_argument("--import-result", type=Path, metavar="CSV",
+                        help="print a stored results.csv instead of measuring")
+    parser.add_argument("--log-dir", type=Path,
+                        help="with --import-result: re-read NCCL's choices from these logs "
+                             "(a directory or a .tar.gz of logs/)")
+    parser.add_argument("--ops", default=",".join(OPS), help="comma-separated, from %(default)s")
+    parser.add_argument("--min-bytes", default="64KiB")
+    parser.add_argument("--max-bytes", default="1GiB")
+    parser.add_argument("--step-factor", type=int, default=2)
+    parser.add_argument("--variants", default="all",
+                        help="'all', or comma-separated 'default' and ALGO/PROTO from "
+                             f"{FORCED_ALGOS} x {FORCED_PROTOS}")
+    parser.add_argument("--forced-sizes", default=DEFAULT_FORCED_SIZES,
+                        help="all_reduce sizes for the forced variants")
+    parser.add_argument("--ngpus", type=int, help="default: every visible GPU")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--prefill-us", type=int, default=3000,
+                        help="stream hold before each timed loop; 0 disables")
+    parser.add_argument("--debug-subsys", default=DEFAULT_DEBUG_SUBSYS,
+                        help="NCCL_DEBUG_SUBSYS for the logs")
+    parser.add_argument("--nccl-debug", default="INFO", choices=("INFO", "WARN"),
+                        help="NCCL_DEBUG; WARN records no choices but no per-call log write")
+    parser.add_argument("--timeout-s", type=int, default=300,
+                        help="per variant; ranks still running after it are killed")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan and exit")
+    args = parser.parse_args(argv)
+
+    if args.import_result is not None:
+        rows = read_csv(args.import_result)
+        if args.log_dir is not None:
+            for warning in annotate_rows(rows, args.log_dir):
+                print(f"warning: {warning}")
+        print(format_table(rows))
+        if args.out is not None:
+            args.out.mkdir(parents=True, exist_ok=True)
+            write_csv(rows, args.out / "results.csv")
+        return 0
+    if args.out is None:
+        parser.error("--out is required unless --import-result is given")
+
+    try:
+        plan = build_plan(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    timing = TimingSpec(args.warmup, args.iters, args.repeats, args.prefill_us)
+    print(describe_plan(plan, args.ngpus, timing), flush=True)
+    if args.dry_run:
+        return 0
+
+    import torch
+
+    ngpus = args.ngpus or torch.cuda.device_count()
+    if ngpus < 2:
+        parser.error(f"need at least 2 GPUs, found {ngpus}")
+    try:
+        _check_divisible(plan, ngpus)
+    except ValueError as exc:
+        parser.error(str(exc))
+    os.environ.update(SAFETY_ENV)
+    log_spec = NcclLogSpec(args.nccl_debug, args.debug_subsys)
+    rows = run(plan, ngpus, timing, args.out, log_spec, args.timeout_s)
+    for warning in annotate_rows(rows, args.out / "logs"):
+        print(f"warning: {warning}")
+    write_csv(rows, args.out / "results.csv")
+    print(format_table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
