@@ -56,7 +56,8 @@ def run_one(gpus: int, backend: str, work: Path) -> dict[str, object]:
         "cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 2),
         "time_us": result["time_us"], "busbw_gbs": result["busbw_gbs"], "flows": result["flows"],
         "events": events, "events_per_s": round(events / simulate_s) if events else 0,
-        "packets": int(extra.get("inter.packets_sent", 0)),
+        "packets": int(extra.get("inter.data_packets", 0)),
+        "packet_hops": int(extra.get("inter.packet_hops", 0)),
         "peak_rss_mb": round(summary["peak_rss_bytes"] / 2**20),
     }
 
@@ -65,7 +66,7 @@ def print_table(rows: list[dict[str, object]], header: str) -> None:
     table = Table(title="phantora-ns3 network benchmark: 1 GiB all_reduce, 8-GPU H100 hosts, "
                         "rail-optimized 400 Gbps")
     columns = ["gpus", "backend", "wall_s", "cpu_s", "time_us", "busbw_gbs", "flows", "events",
-               "events_per_s", "packets", "peak_rss_mb"]
+               "events_per_s", "packets", "packet_hops", "peak_rss_mb"]
     for column in columns:
         table.add_column(column, justify="right")
     for row in rows:

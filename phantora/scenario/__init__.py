@@ -1,0 +1,39 @@
+"""Scenario files: load ``scenario.yaml``, validate every key, resolve every default.
+
+``load_scenario("x.yaml")`` returns a :class:`Scenario` whose values are resolved (ints in
+bytes and ns, floats in Gbit/s, defaults filled). Anything wrong raises one
+:class:`~phantora.errors.ScenarioError` with a line per problem::
+
+    x.yaml: cluster.network.link_bandwidth: got "400G"; expected a rate with a unit, e.g. ...
+
+Modules: :mod:`.schema` (what users write), :mod:`.model` (the resolved result),
+:mod:`.resolve` (defaults and cross-key checks), :mod:`.messages` (error wording),
+:mod:`.loader` (file and YAML handling).
+"""
+
+from phantora.scenario.loader import load_scenario, parse_scenario
+from phantora.scenario.model import (
+    DTYPE_BYTES,
+    ClusterConfig,
+    CollectivesWorkload,
+    FatTreeFabric,
+    LeafSpineFabric,
+    NcclOverrides,
+    NetworkConfig,
+    RailOptimizedFabric,
+    Scenario,
+)
+
+__all__ = [
+    "DTYPE_BYTES",
+    "ClusterConfig",
+    "CollectivesWorkload",
+    "FatTreeFabric",
+    "LeafSpineFabric",
+    "NcclOverrides",
+    "NetworkConfig",
+    "RailOptimizedFabric",
+    "Scenario",
+    "load_scenario",
+    "parse_scenario",
+]

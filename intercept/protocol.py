@@ -1,0 +1,128 @@
+"""The messages between a live rank and the coordinator (the engine), and how they travel.
+
+Transport: one ``multiprocessing.connection.Connection`` per rank (a socketpair made by the
+launcher before it forks the rank), carrying pickled :class:`Batch` objects rank -> coordinator
+and :class:`Reply` objects coordinator -> rank. Pickle is fine: both ends are our own processes.
+
+Time: every time is the rank's **virtual** clock in integer ns (see ``intercept.clock``).
+Within one rank, ``at_ns`` never decreases from one op to the next, and a rank promises that
+nothing it sends later will carry an earlier time than the ``clock_ns`` of its last batch: that
+promise is what the conservative synchronisation builds on (the *safe horizon* is the minimum
+of the running ranks' promises).
+
+Ordering: the ops of one rank are in program order. Ops are buffered on the rank and sent as one
+:class:`Batch` at the latest when the rank blocks (a :class:`Sync`), when it issues a
+collective, when the buffer is long, or when a heartbeat is due (every few ms of wall time, so
+a rank busy on the CPU does not hold the others back).
+
+Streams are ``(device-local) stream ids`` as PyTorch reports them (0 = default stream); events
+are ids the rank allocates. Collectives are matched across ranks by ``(group, seq)``: ``group``
+is the process group's name and ``seq`` counts that group's collectives on each rank from 0.
+"""
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass(frozen=True, slots=True)
+class Kernel:
+    """A GPU kernel (or memcpy/memset) launched on ``stream``; ``duration_ns`` from the compute model."""
+
+    stream: int
+    at_ns: int
+    """Launch time on the rank's clock; the kernel starts at the earliest when its stream is free."""
+    duration_ns: int
+    name: str
+    """aten op name, e.g. ``aten::mm`` (kernel names in the trace)."""
+    flops: int = 0
+    bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    """``event.record(stream)``: the event completes when everything queued on ``stream`` so far has."""
+
+    event: int
+    stream: int
+    at_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class StreamWait:
+    """``stream.wait_event(event)``: later work on ``stream`` starts after ``event`` completes."""
+
+    stream: int
+    event: int
+    at_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class Collective:
+    """A collective or point-to-point op issued on ``stream`` (PyTorch's NCCL stream for the group).
+
+    For ``send``/``recv``, ``ranks`` is ``(src, dst)`` in global ranks and ``seq`` counts the
+    messages between that ordered pair. ``nbytes`` follows nccl-tests (all_gather: gathered
+    output; reduce_scatter: full input). ``splits`` is this rank's row of an all_to_allv (bytes
+    to each group rank).
+    """
+
+    stream: int
+    at_ns: int
+    group: str
+    ranks: tuple[int, ...]
+    seq: int
+    op: str
+    nbytes: int
+    dtype_bytes: int
+    root: int = 0
+    splits: tuple[int, ...] | None = None
+
+
+Op = Kernel | EventRecord | StreamWait | Collective
+
+
+@dataclass(frozen=True, slots=True)
+class Sync:
+    """The rank blocks until the target has completed on the GPU; answered by a :class:`Reply`.
+
+    ``kind``: ``"device"`` (``torch.cuda.synchronize``; ``target`` ignored), ``"stream"``
+    (``target`` = stream id), ``"event"`` (``target`` = event id; also ``elapsed_time``).
+    ``"query"`` asks whether the event ``target`` has completed at the rank's current clock,
+    without waiting for it (``Reply.value`` is 1 or 0).
+    """
+
+    kind: Literal["device", "stream", "event", "query"]
+    target: int
+    at_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class Exit:
+    """The rank's script ended (``status`` 0) or raised (``traceback`` holds the text)."""
+
+    status: int
+    traceback: str = ""
+
+
+@dataclass(slots=True)
+class Batch:
+    """Everything a rank sends at once: ops in program order, then at most one sync or exit."""
+
+    clock_ns: int
+    """The rank's clock when sending: its promise for everything it sends later."""
+    ops: list[Op] = field(default_factory=list)
+    sync: Sync | None = None
+    exit: Exit | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """The coordinator's answer to a :class:`Sync`.
+
+    ``time_ns``: when the awaited work completed (the rank's clock moves to
+    ``max(clock, time_ns)``); for an event also its completion time, which ``elapsed_time``
+    needs. ``value``: the answer of a ``query``.
+    """
+
+    time_ns: int
+    value: int = 0

@@ -1,0 +1,90 @@
+"""``phantora-ns3 SCENARIO.yaml [--out DIR]``: the composition root.
+
+Load and validate the scenario, build the topology and the network backend, run the
+workload, write ``DIR/summary.json`` and print a table. Errors phantora raises on purpose
+are printed as one clear message (exit 2 for a bad scenario, 1 otherwise), never a traceback.
+"""
+
+import argparse
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+
+from phantora.cluster.build import build_topology
+from phantora.cluster.catalogue import lookup_gpu
+from phantora.collectives import CollectiveRequest, NcclConfig, SystemInfo
+from phantora.engine.benchmark import run_collective
+from phantora.errors import PhantoraError, ScenarioError
+from phantora.network.factory import make_backend
+from phantora.report.console import collectives_table, with_progress
+from phantora.report.summary import Summary
+from phantora.scenario import NcclOverrides, Scenario, load_scenario
+
+
+def nccl_config(overrides: NcclOverrides) -> NcclConfig:
+    """The scenario's ``nccl`` section as the collective model's config."""
+    return NcclConfig.make(
+        algorithms=None if overrides.algorithm == "auto" else overrides.algorithm,
+        protocols=None if overrides.protocol == "auto" else overrides.protocol,
+        min_channels=overrides.channels, max_channels=overrides.channels,
+        nvls=overrides.nvls)
+
+
+def run_scenario(scenario: Scenario, out_dir: Path, console: Console) -> Summary:
+    """Simulate ``scenario`` and write ``out_dir/summary.json``."""
+    wall_start = time.perf_counter()
+    cluster = scenario.cluster
+    topology = build_topology(cluster)
+    gpu = lookup_gpu(cluster.gpu)
+    backend = make_backend(topology, cluster.network, scenario.seed)
+    setup_s = time.perf_counter() - wall_start
+    workload = scenario.workload
+    system = SystemInfo.from_topology(topology, gpu)
+    config = nccl_config(scenario.nccl)
+    points = [(op, nbytes) for op in workload.ops for nbytes in workload.sizes_bytes]
+    try:
+        results = [run_collective(CollectiveRequest.make(op, workload.ranks, nbytes,
+                                                         workload.dtype_bytes),
+                                  system, config, backend)
+                   for op, nbytes in with_progress(points, len(points), "simulating", console)]
+        summary = Summary(scenario=scenario.echo(), workload="collectives", collectives=results,
+                          network=asdict(backend.stats()), simulated_ns=backend.now_ns())
+    finally:
+        backend.close()
+    summary.wall_seconds = {"setup": round(setup_s, 3),
+                            "total": round(time.perf_counter() - wall_start, 3)}
+    summary.write(out_dir / "summary.json")
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="phantora-ns3", description=__doc__.splitlines()[0])
+    parser.add_argument("scenario", type=Path, help="scenario YAML file")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="output folder (default: out/<scenario name>)")
+    args = parser.parse_args(argv)
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=120)  # keep table rows whole in logs and pipes
+    try:
+        scenario = load_scenario(args.scenario)
+        out_dir = args.out or Path("out") / scenario.name
+        summary = run_scenario(scenario, out_dir, console)
+    except PhantoraError as error:
+        console.print(f"[red]error:[/red] {escape(str(error))}", highlight=False)
+        return 2 if isinstance(error, ScenarioError) else 1
+    except KeyboardInterrupt:
+        console.print("interrupted")
+        return 130
+    console.print(collectives_table(summary.collectives, title=scenario.name))
+    console.print(f"simulated in {summary.wall_seconds['total']:.2f} s wall; "
+                  f"wrote {out_dir / 'summary.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

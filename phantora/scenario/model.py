@@ -1,0 +1,143 @@
+"""The resolved scenario: every default filled in, every quantity in base units.
+
+This is what the rest of phantora reads. Field names carry their unit (``*_gbps`` Gbit/s,
+``*_ns`` nanoseconds, ``*_bytes`` bytes); nothing here is optional unless it is truly absent
+(``cluster.network`` on a single host, ``nccl.channels`` left to the NCCL model).
+:meth:`Scenario.echo` is the ``scenario`` section of ``summary.json``.
+"""
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, computed_field
+
+TopologyName = Literal["rail-optimized", "leaf-spine", "fat-tree"]
+Transport = Literal["dctcp"]
+BackendName = Literal["ns3", "flow"]
+Algorithm = Literal["auto", "ring", "tree", "nvls"]
+Protocol = Literal["auto", "simple", "ll", "ll128"]
+CollectiveOp = Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
+                       "all_to_all"]
+Dtype = Literal["int8", "uint8", "fp8", "fp16", "bf16", "fp32", "int32", "uint32", "fp64",
+                "int64", "uint64"]
+
+DTYPE_BYTES: dict[Dtype, int] = {
+    "int8": 1, "uint8": 1, "fp8": 1, "fp16": 2, "bf16": 2, "fp32": 4, "int32": 4, "uint32": 4,
+    "fp64": 8, "int64": 8, "uint64": 8,
+}
+"""Element size of each ``workload.collectives.dtype`` (fp8 covers e4m3 and e5m2)."""
+
+
+class _Resolved(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+
+class RailOptimizedFabric(_Resolved):
+    """One rail switch per local GPU index; spines join the rails."""
+
+    kind: Literal["rail-optimized"] = "rail-optimized"
+    spines: int
+    """Spine switches; 0 when there is one rail (one GPU per host), so no spine layer."""
+    oversubscription: float
+    """Rail-switch downlink : uplink bandwidth as built (1.0 without a spine layer)."""
+
+
+class LeafSpineFabric(_Resolved):
+    """Two-tier Clos: each host's NICs on its leaf, every leaf to every spine."""
+
+    kind: Literal["leaf-spine"] = "leaf-spine"
+    hosts_per_leaf: int
+    leaves: int
+    spines: int
+    """Spine switches; 0 when every host fits on one leaf, so no spine layer."""
+    oversubscription: float
+    """Leaf downlink : uplink bandwidth of a full leaf as built (1.0 without a spine layer)."""
+
+
+class FatTreeFabric(_Resolved):
+    """Three-tier k-ary fat-tree (non-blocking by construction)."""
+
+    kind: Literal["fat-tree"] = "fat-tree"
+    k: int
+    """Switch radix: k pods, k^3/4 NIC ports in all."""
+
+
+Fabric = Annotated[RailOptimizedFabric | LeafSpineFabric | FatTreeFabric,
+                   Field(discriminator="kind")]
+
+
+class NetworkConfig(_Resolved):
+    """The fabric between hosts and how the packet-level backend runs it."""
+
+    topology: Fabric
+    nic_gbps: float
+    """Per-GPU NIC rate, each direction."""
+    link_gbps: float
+    """Switch-to-switch link rate, each direction."""
+    link_latency_ns: int
+    """Per link, propagation plus switch traversal; NIC links included."""
+    mtu_bytes: int
+    switch_buffer_bytes: int
+    """Egress queue capacity per switch port."""
+    ecn_threshold_bytes: int
+    """Queue length above which switches mark ECN CE (DCTCP's K)."""
+    transport: Transport
+    backend: BackendName
+
+
+class ClusterConfig(_Resolved):
+    """The hardware: identical hosts of ``gpus_per_host`` GPUs, plus the fabric between them."""
+
+    gpu: str
+    """Catalogue key (lower case), see :func:`phantora.cluster.catalogue.lookup_gpu`."""
+    hosts: int
+    gpus_per_host: int
+    nvlink_gbps: float
+    """NVLink rate per GPU and direction."""
+    network: NetworkConfig | None
+    """``None`` on a single host, whose GPUs only talk over NVLink."""
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def num_gpus(self) -> int:
+        """Every GPU in the cluster: ``hosts * gpus_per_host``."""
+        return self.hosts * self.gpus_per_host
+
+
+class NcclOverrides(_Resolved):
+    """Overrides of the NCCL model's choices, like ``NCCL_ALGO`` / ``NCCL_PROTO`` env vars."""
+
+    algorithm: Algorithm
+    protocol: Protocol
+    channels: int | None
+    """``None``: chosen per collective, as NCCL does."""
+    nvls: bool
+    """NVLink SHARP (in-switch reduction) allowed."""
+
+
+class CollectivesWorkload(_Resolved):
+    """An nccl-tests style sweep: every op at every size on one communicator."""
+
+    kind: Literal["collectives"] = "collectives"
+    ops: tuple[CollectiveOp, ...]
+    sizes_bytes: tuple[int, ...]
+    """Total bytes per collective, nccl-tests convention (all ranks' data for all_gather etc.)."""
+    dtype: Dtype
+    dtype_bytes: int
+    ranks: tuple[int, ...]
+    """Global GPU indices of the communicator, in rank order."""
+
+
+class Scenario(_Resolved):
+    """A validated scenario with every default resolved."""
+
+    name: str
+    seed: int
+    source: str
+    """Where the scenario came from (file path as given, or a caller-chosen label)."""
+    cluster: ClusterConfig
+    nccl: NcclOverrides
+    workload: CollectivesWorkload
+
+    def echo(self) -> dict[str, Any]:
+        """The resolved scenario as plain JSON types, for ``summary.json``."""
+        return self.model_dump(mode="json")

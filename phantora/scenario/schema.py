@@ -1,0 +1,290 @@
+"""What users write in ``scenario.yaml``: the schema, checked key by key.
+
+These models mirror the file (same key names, same nesting) and reject unknown keys. The doc
+string under each field is the reference for that key. Quantities are parsed on the way in:
+rates to Gbit/s, sizes to bytes, durations to ns. Defaults that depend on other keys stay
+``None`` here; :mod:`phantora.scenario.resolve` fills them in and runs the checks that involve
+several keys. Integers, booleans and lists are strict (``hosts: "2"`` or ``nvls: 1`` is an
+error), so a quoting slip never turns into a silently different value.
+"""
+
+from collections.abc import Callable
+from typing import Annotated
+
+from annotated_types import MinLen
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+)
+
+from phantora.cluster.catalogue import CATALOGUE
+from phantora.scenario.messages import expected_one_of
+from phantora.scenario.model import (
+    Algorithm,
+    BackendName,
+    CollectiveOp,
+    Dtype,
+    Protocol,
+    TopologyName,
+    Transport,
+)
+from phantora.units import parse_bytes, parse_duration_ns, parse_rate_gbps
+
+MAX_RATE_GBPS = 100_000.0
+"""100 Tbit/s: far above any link (NVLink 5 is 7.2 Tbit/s per GPU); catches a stray exponent
+before it overflows ns-3's 64-bit bit/s ``DataRate``."""
+MAX_DURATION_NS = 10**9
+"""1 s per link: datacenter links take ns to µs, so anything longer is a unit slip."""
+MAX_QUEUE_BYTES = 2**32 - 1
+"""ns-3 ``QueueSize`` counts bytes in 32 bits."""
+MAX_HOSTS = 4096
+"""Far beyond what a packet-level simulation can run (32k GPUs at 8 per host); a larger
+number is a typo, and would otherwise be materialised as a graph."""
+MAX_SPINES = 1024
+"""A leaf needs a port per spine, and switch ASICs have a few hundred ports at most."""
+MAX_FAT_TREE_K = 64
+"""The radix of today's largest 400G/800G switch ASICs (64 ports)."""
+MAX_NCCL_CHANNELS = 64
+"""NCCL's ``MAXCHANNELS`` (NVIDIA/nccl ``src/include/device.h``)."""
+
+_RATE_HINT = 'expected a rate with a unit, e.g. "400Gbps" or "50GBps"'
+_SIZE_HINT = 'expected a size in bytes, e.g. 65536, "64KiB" or "1GiB"'
+_DURATION_HINT = 'expected a duration with a unit, e.g. "500ns" or "1us"'
+
+
+def _quantity(parse: Callable[[str | int | float], int | float], hint: str, value: object,
+              *, unit_required: bool) -> int | float:
+    """Run a :mod:`phantora.units` parser; any failure becomes ``hint`` plus the parser's reason."""
+    accepted = (str,) if unit_required else (str, int, float)
+    if isinstance(value, bool) or not isinstance(value, accepted):
+        raise ValueError(hint)
+    try:
+        return parse(value)
+    except OverflowError:  # the parsers turn "1e400" into inf, then fail converting it
+        raise ValueError(f"{hint} (the number is too large)") from None
+    except ValueError as err:
+        reason = str(err).split(";")[0]
+        raise ValueError(hint if reason.startswith("expected") else f"{hint} ({reason})") from None
+
+
+def _rate_gbps(value: object) -> float:
+    gbps = float(_quantity(parse_rate_gbps, _RATE_HINT, value, unit_required=True))
+    if gbps > MAX_RATE_GBPS:
+        raise ValueError(f"{_RATE_HINT}, at most {MAX_RATE_GBPS / 1000:g}Tbps")
+    return gbps
+
+
+def _duration_ns(value: object) -> int:
+    ns = int(_quantity(parse_duration_ns, _DURATION_HINT, value, unit_required=True))
+    if ns > MAX_DURATION_NS:
+        raise ValueError(f"{_DURATION_HINT}, at most 1s")
+    return ns
+
+
+def _size_bytes(value: object) -> int:
+    return int(_quantity(parse_bytes, _SIZE_HINT, value, unit_required=False))
+
+
+def _at_least_one_byte(nbytes: int) -> int:
+    if nbytes < 1:
+        raise ValueError("expected a size of at least 1 byte")
+    return nbytes
+
+
+def _fits_ns3_queue(nbytes: int) -> int:
+    if nbytes > MAX_QUEUE_BYTES:
+        raise ValueError(f"expected at most {MAX_QUEUE_BYTES} bytes (ns-3 queue sizes are 32-bit)")
+    return nbytes
+
+
+def _lower(value: object) -> object:
+    """Choices are case-insensitive: ``DCTCP`` and ``BF16`` mean ``dctcp`` and ``bf16``."""
+    return value.lower() if isinstance(value, str) else value
+
+
+def _catalogue_gpu(name: str) -> str:
+    if name not in CATALOGUE:
+        raise ValueError(expected_one_of(name, sorted(CATALOGUE)))
+    return name
+
+
+def _implemented_transport(value: object) -> object:
+    if _lower(value) == "roce":
+        raise ValueError("RoCE (PFC + DCQCN) is not implemented yet; use transport: dctcp")
+    return _lower(value)
+
+
+def _channels(value: object) -> int | None:
+    if _lower(value) == "auto":
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_NCCL_CHANNELS:
+        raise ValueError(f'expected "auto" or an integer from 1 to {MAX_NCCL_CHANNELS}'
+                         " (NCCL's MAXCHANNELS)")
+    return value
+
+
+def _fat_tree_k(k: int) -> int:
+    if not 4 <= k <= MAX_FAT_TREE_K or k % 2:
+        raise ValueError(f"expected an even integer from 4 to {MAX_FAT_TREE_K} (each fat-tree "
+                         "switch has k/2 ports down and k/2 up)")
+    return k
+
+
+def _script_not_supported(script: str) -> str:
+    raise ValueError("live training scripts are not supported yet; "
+                     "use workload.collectives for now")
+
+
+def _sizes_form(value: object) -> str | None:
+    return "sweep" if isinstance(value, dict) else "list" if isinstance(value, list) else None
+
+
+Rate = Annotated[float, BeforeValidator(_rate_gbps)]
+Duration = Annotated[int, BeforeValidator(_duration_ns)]
+Bytes = Annotated[int, BeforeValidator(_size_bytes)]
+CollectiveBytes = Annotated[Bytes, AfterValidator(_at_least_one_byte)]
+QueueBytes = Annotated[Bytes, AfterValidator(_fits_ns3_queue)]
+Choice = BeforeValidator(_lower)
+
+DEFAULT_LINK_LATENCY_NS = 500
+DEFAULT_SWITCH_BUFFER_BYTES = 4 * 2**20
+DEFAULT_MTU_BYTES = 9000
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False,
+                              use_attribute_docstrings=True)
+
+
+class NetworkSpec(_Section):
+    """``cluster.network``: the fabric between hosts (only with ``hosts >= 2``)."""
+
+    topology: Annotated[TopologyName, Choice] = "rail-optimized"
+    """Fabric shape: rail-optimized (one switch per local GPU index, spines above), leaf-spine
+    (two-tier Clos, a host's NICs on one leaf) or fat-tree (three-tier k-ary)."""
+    nic_bandwidth: Rate | None = None
+    """Per-GPU NIC rate, each direction; default the GPU's reference NIC in the catalogue."""
+    link_bandwidth: Rate | None = None
+    """Switch-to-switch link rate, each direction; default nic_bandwidth."""
+    link_latency: Duration = DEFAULT_LINK_LATENCY_NS
+    """Per link, propagation plus switch traversal, NIC links included; default 500ns."""
+    oversubscription: Annotated[float, Field(ge=1)] | None = None
+    """Leaf (or rail switch) downlink : uplink bandwidth; sets the spine count. Default 1.0
+    (non-blocking), or what ``spines`` gives. Not for fat-tree, which is non-blocking."""
+    hosts_per_leaf: Annotated[int, Field(ge=1, le=MAX_HOSTS)] | None = None
+    """leaf-spine only: hosts under each leaf; default max(1, 32 // gpus_per_host), i.e.
+    32 NIC ports down per leaf."""
+    spines: Annotated[int, Field(ge=1, le=MAX_SPINES)] | None = None
+    """leaf-spine and rail-optimized: spine switches, up to 1024; default derived from
+    oversubscription. Giving both is an error unless they agree."""
+    k: Annotated[int, AfterValidator(_fat_tree_k)] | None = None
+    """fat-tree only: switch radix, an even number from 4 to 64 giving k^3/4 NIC ports;
+    default the smallest that fits every GPU."""
+    mtu: Annotated[int, Field(ge=1280, le=9216)] = DEFAULT_MTU_BYTES
+    """Largest packet in bytes, 1280 (IPv6 minimum) to 9216 (jumbo); default 9000."""
+    switch_buffer: QueueBytes = DEFAULT_SWITCH_BUFFER_BYTES
+    """Egress buffer per switch port; at least 2 x mtu. Default 4MiB: a 400G-generation
+    shallow-buffer switch (Tomahawk-3 class, about 64 MB shared by 32 x 400G ports) averages
+    2 MB per port, and its dynamic sharing lets one congested port take several times its
+    average, so 4 MiB (84 us of drain at 400 Gbps) stands for a hot port's share."""
+    ecn_threshold: QueueBytes | None = None
+    """Queue length at which switches mark ECN (DCTCP's K); at least mtu, below switch_buffer.
+    Default K = 0.17 x NIC rate x base RTT (Alizadeh et al., "Analysis of DCTCP",
+    SIGMETRICS 2011), the RTT over the topology's longest path, kept within [mtu,
+    switch_buffer / 2] so marking always starts before drops."""
+    transport: Annotated[Transport, BeforeValidator(_implemented_transport)] = "dctcp"
+    """Congestion control: dctcp (TCP with ECN marking). RoCE is not implemented yet."""
+    backend: Annotated[BackendName, Choice] = "ns3"
+    """Network model: ns3 (packet-level) or flow (fluid max-min, faster, no queues)."""
+
+
+class ClusterSpec(_Section):
+    """``cluster``: identical hosts of GPUs, and the fabric between them."""
+
+    gpu: Annotated[str, Choice, AfterValidator(_catalogue_gpu)]
+    """GPU model: a hardware-catalogue key such as h100 or a100-80g, in any case."""
+    hosts: Annotated[int, Field(ge=1, le=MAX_HOSTS)] = 1
+    """Number of servers, up to 4096; default 1."""
+    gpus_per_host: Annotated[int, Field(ge=1, le=16)] = 8
+    """GPUs on each server's NVSwitch, 1 to 16; default 8."""
+    nvlink_bandwidth: Rate | None = None
+    """NVLink rate per GPU and direction; default the GPU's catalogue figure."""
+    network: NetworkSpec | None = None
+    """The fabric between hosts; only with hosts >= 2 (defaults apply when left out)."""
+
+
+class NcclSpec(_Section):
+    """``nccl``: overrides of the NCCL model's choices, like NCCL_ALGO / NCCL_PROTO."""
+
+    algorithm: Annotated[Algorithm, Choice] = "auto"
+    """auto (NCCL's tuner), ring, tree or nvls."""
+    protocol: Annotated[Protocol, Choice] = "auto"
+    """auto (NCCL's tuner), simple, ll or ll128."""
+    channels: Annotated[int | None, BeforeValidator(_channels)] = None
+    """"auto" (default; chosen per collective) or a fixed count from 1 to 64."""
+    nvls: bool = False
+    """Allow NVLink SHARP (in-switch reduction); default false, as on the lent machines."""
+
+
+class SizeSweepSpec(_Section):
+    """``workload.collectives.sizes`` as a sweep: min, min*factor, ... up to max."""
+
+    min: CollectiveBytes
+    """Smallest size in bytes, e.g. 64KiB."""
+    max: CollectiveBytes
+    """Largest size (inclusive, if the sweep lands on it)."""
+    factor: Annotated[int, Field(ge=2)] = 2
+    """Multiplier between sizes; default 2."""
+
+
+Sizes = Annotated[
+    Annotated[list[CollectiveBytes], MinLen(1), Tag("list")]
+    | Annotated[SizeSweepSpec, Tag("sweep")],
+    Discriminator(_sizes_form, custom_error_type="sizes_form",
+                  custom_error_message='expected a list of sizes, e.g. [65536, "1MiB"], '
+                                       "or a sweep, e.g. {min: 64KiB, max: 1GiB, factor: 2}"),
+]
+
+
+class CollectivesSpec(_Section):
+    """``workload.collectives``: an nccl-tests style sweep."""
+
+    ops: Annotated[list[Annotated[CollectiveOp, Choice]], MinLen(1)]
+    """Collectives to run, e.g. [all_reduce, all_gather]."""
+    sizes: Sizes
+    """Total bytes per collective (nccl-tests convention): a list such as [65536, "1MiB"] or
+    a sweep {min: 64KiB, max: 1GiB, factor: 2}."""
+    dtype: Annotated[Dtype, Choice] = "bf16"
+    """Element type; sizes must split into whole elements (and, for all_gather,
+    reduce_scatter and all_to_all, whole elements per rank). Default bf16."""
+    ranks: list[Annotated[int, Field(ge=0)]] | None = None
+    """Global GPU indices forming the communicator, in rank order; default every GPU."""
+
+
+class WorkloadSpec(_Section):
+    """``workload``: what to run, exactly one of collectives or script."""
+
+    collectives: CollectivesSpec | None = None
+    """Collective operations alone, like nccl-tests."""
+    script: Annotated[str, AfterValidator(_script_not_supported)] | None = None
+    """A live training script (not supported yet)."""
+
+
+class ScenarioSpec(_Section):
+    """A whole ``scenario.yaml``."""
+
+    name: Annotated[str, MinLen(1)] | None = None
+    """Label for reports; default the file name without extension."""
+    seed: Annotated[int, Field(ge=0, le=2**32 - 1)] = 0
+    """Seed of every random choice, for reproducible runs; default 0."""
+    cluster: ClusterSpec
+    """The simulated hardware: gpu, hosts, gpus_per_host, nvlink_bandwidth, network."""
+    nccl: NcclSpec = NcclSpec()
+    """NCCL overrides: algorithm, protocol, channels, nvls."""
+    workload: WorkloadSpec
+    """What to run: workload.collectives, as script workloads are not supported yet."""

@@ -1,0 +1,85 @@
+"""Multi-host checks: all_reduce busbw saturates at the NIC speed, and an oversubscribed
+spine slows it as expected.
+
+Reference: on 400 Gb/s NDR NICs nccl-tests reaches 46-48 GB/s of busbw per NIC
+(nccl-tests #290; validation_anchors.md 4.2); 8 x 200G HDR DGX-A100 nodes reach 192 GB/s
+(NVIDIA/nccl #1576), i.e. busbw ~ NICs per host x per-NIC rate when NVLink is not the limit.
+With one GPU (one NIC) per host the ring is purely NIC-bound. With a leaf-spine whose uplinks
+are oversubscribed x:1 and one host per leaf, every ring hop crosses the spine, so busbw
+should fall to about 1/x of the non-blocking case.
+
+Usage:
+  1. python scripts/validate_multihost.py                  # both checks, ns3 and flow backends
+  2. python scripts/validate_multihost.py --backend flow   # fast fluid-only cross-check
+  3. python scripts/validate_multihost.py --size 64MiB
+"""
+
+import argparse
+import platform
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from phantora.cli import run_scenario
+from phantora.scenario import parse_scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE_PER_NIC_GBS = (46.0, 48.0)
+
+
+def scenario(hosts: int, gpus_per_host: int, network: dict[str, Any], size: str) -> dict[str, Any]:
+    return {"cluster": {"gpu": "h100", "hosts": hosts, "gpus_per_host": gpus_per_host,
+                        "network": {"nic_bandwidth": "400Gbps", **network}},
+            "workload": {"collectives": {"ops": ["all_reduce"], "sizes": [size]}}}
+
+
+def busbw(data: dict[str, Any], work: Path, console: Console) -> float:
+    parsed = parse_scenario(data, source="validate_multihost")
+    summary = run_scenario(parsed, work, Console(quiet=True))
+    return summary.collectives[0].busbw_gbs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", nargs="*", default=["ns3", "flow"], choices=["ns3", "flow"])
+    parser.add_argument("--size", default="256MiB")
+    args = parser.parse_args()
+    console = Console()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                            capture_output=True, text=True).stdout.strip()
+    console.print(f"machine: {platform.node()}, Python {platform.python_version()}; "
+                  f"commit {commit}; all_reduce of {args.size}, H100, 400 Gbps NICs")
+    saturation = Table(title="NIC saturation (rail-optimized): busbw per NIC vs 46-48 GB/s")
+    for column in ("hosts x GPUs", "backend", "busbw GB/s", "per NIC GB/s", "vs 47 GB/s"):
+        saturation.add_column(column, justify="right")
+    oversub = Table(title="Oversubscribed spine (leaf-spine, 1 host per leaf, 4 x 8 GPUs)")
+    for column in ("oversubscription", "backend", "busbw GB/s", "vs 1:1", "expected"):
+        oversub.add_column(column, justify="right")
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        for hosts, gpus in ((2, 1), (4, 1), (2, 8), (4, 8)):
+            for backend in args.backend:
+                bw = busbw(scenario(hosts, gpus, {"topology": "rail-optimized",
+                                                  "backend": backend}, args.size), work, console)
+                per_nic = bw / gpus
+                saturation.add_row(f"{hosts} x {gpus}", backend, f"{bw:.1f}", f"{per_nic:.1f}",
+                                   f"{(per_nic / 47.0 - 1) * 100:+.1f}%")
+        for backend in args.backend:
+            base = 0.0
+            for ratio in (1, 2, 4):
+                network = {"topology": "leaf-spine", "hosts_per_leaf": 1,
+                           "oversubscription": ratio, "backend": backend}
+                bw = busbw(scenario(4, 8, network, args.size), work, console)
+                base = base or bw
+                oversub.add_row(f"{ratio}:1", backend, f"{bw:.1f}", f"{bw / base:.2f}",
+                                f"{1 / ratio:.2f}")
+    console.print(saturation)
+    console.print(oversub)
+
+
+if __name__ == "__main__":
+    main()
