@@ -22,6 +22,7 @@ from phantora.scenario.model import (
     NetworkConfig,
     RailOptimizedFabric,
     Scenario,
+    ScriptWorkload,
 )
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "NetworkConfig",
     "RailOptimizedFabric",
     "Scenario",
+    "ScriptWorkload",
     "load_scenario",
     "parse_scenario",
 ]

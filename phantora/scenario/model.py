@@ -127,6 +127,24 @@ class CollectivesWorkload(_Resolved):
     """Global GPU indices of the communicator, in rank order."""
 
 
+class ScriptWorkload(_Resolved):
+    """A live training script, one process per rank, launched like torchrun."""
+
+    kind: Literal["script"] = "script"
+    script: str
+    """Absolute path of the script."""
+    args: tuple[str, ...]
+    nproc_per_node: int
+    """Ranks per host; rank ``r`` runs on host ``r // nproc_per_node``, local GPU
+    ``r % nproc_per_node``."""
+    world_size: int
+    """Ranks in all: ``cluster.hosts x nproc_per_node``."""
+    env: dict[str, str]
+
+
+Workload = Annotated[CollectivesWorkload | ScriptWorkload, Field(discriminator="kind")]
+
+
 class Scenario(_Resolved):
     """A validated scenario with every default resolved."""
 
@@ -136,7 +154,7 @@ class Scenario(_Resolved):
     """Where the scenario came from (file path as given, or a caller-chosen label)."""
     cluster: ClusterConfig
     nccl: NcclOverrides
-    workload: CollectivesWorkload
+    workload: Workload
 
     def echo(self) -> dict[str, Any]:
         """The resolved scenario as plain JSON types, for ``summary.json``."""

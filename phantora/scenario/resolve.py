@@ -26,6 +26,7 @@ from phantora.scenario.model import (
     NetworkConfig,
     RailOptimizedFabric,
     Scenario,
+    ScriptWorkload,
     TopologyName,
 )
 from phantora.scenario.schema import (
@@ -66,7 +67,7 @@ def resolve_scenario(spec: ScenarioSpec, source: str) -> Scenario:
     gpu = lookup_gpu(spec.cluster.gpu)
     cluster = _cluster(spec.cluster, gpu, problems)
     nccl = _nccl(spec.nccl, gpu, problems)
-    workload = _workload(spec, gpu, problems)
+    workload = _workload(spec, gpu, source, problems)
     if problems or cluster is None or workload is None:
         raise scenario_error(source, problems)
     return Scenario(name=_given(spec.name, Path(source).stem), seed=spec.seed, source=source,
@@ -289,12 +290,50 @@ def _nccl(spec: NcclSpec, gpu: GpuSpec, problems: list[Problem]) -> NcclOverride
 
 # -- workload ---------------------------------------------------------------------------------
 
-def _workload(spec: ScenarioSpec, gpu: GpuSpec,
-              problems: list[Problem]) -> CollectivesWorkload | None:
+def _workload(spec: ScenarioSpec, gpu: GpuSpec, source: str,
+              problems: list[Problem]) -> CollectivesWorkload | ScriptWorkload | None:
+    workload = spec.workload
+    if workload.collectives is not None and workload.script is not None:
+        problems.append(("workload", "has both collectives and script; keep one (a scenario "
+                                     "runs either a collectives sweep or a training script)"))
+        return None
+    if workload.script is not None:
+        return _script(spec, source, problems)
+    if workload.args or workload.nproc_per_node is not None or workload.env:
+        problems.append(("workload", "args, nproc_per_node and env go with workload.script; "
+                                     "add the script or remove them"))
+        return None
+    return _collectives(spec, gpu, problems)
+
+
+def _script(spec: ScenarioSpec, source: str, problems: list[Problem]) -> ScriptWorkload | None:
+    workload, cluster = spec.workload, spec.cluster
+    assert workload.script is not None
+    path = Path(source).resolve().parent / workload.script
+    if not path.is_file():
+        problems.append(("workload.script", f'got "{workload.script}"; no such file at {path} '
+                                            "(paths are relative to the scenario file's folder)"))
+        return None
+    nproc = _given(workload.nproc_per_node, cluster.gpus_per_host)
+    if nproc > cluster.gpus_per_host:
+        problems.append(("workload.nproc_per_node",
+                         f"workload.nproc_per_node ({nproc}) x cluster.hosts ({cluster.hosts}) = "
+                         f"{nproc * cluster.hosts} ranks, but cluster.gpus_per_host "
+                         f"({cluster.gpus_per_host}) x cluster.hosts ({cluster.hosts}) = "
+                         f"{cluster.gpus_per_host * cluster.hosts} GPUs; "
+                         f"set nproc_per_node: {cluster.gpus_per_host}"))
+        return None
+    return ScriptWorkload(script=str(path), args=tuple(workload.args), nproc_per_node=nproc,
+                          world_size=nproc * cluster.hosts, env=dict(workload.env))
+
+
+def _collectives(spec: ScenarioSpec, gpu: GpuSpec,
+                 problems: list[Problem]) -> CollectivesWorkload | None:
     collectives = spec.workload.collectives
     if collectives is None:
         problems.append(("workload", "nothing to run; add workload.collectives, e.g. {ops: "
-                                     "[all_reduce], sizes: {min: 1MiB, max: 1GiB, factor: 2}}"))
+                                     "[all_reduce], sizes: {min: 1MiB, max: 1GiB, factor: 2}}, "
+                                     "or workload.script"))
         return None
     before = len(problems)
     _reject_repeats("workload.collectives.ops", collectives.ops, "op", problems)

@@ -135,9 +135,11 @@ def _fat_tree_k(k: int) -> int:
     return k
 
 
-def _script_not_supported(script: str) -> str:
-    raise ValueError("live training scripts are not supported yet; "
-                     "use workload.collectives for now")
+def _env_value(value: object) -> object:
+    """Environment values are text; YAML scalars (1, true, 0.5) are taken as written."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value) if isinstance(value, (int, float)) else value
 
 
 def _sizes_form(value: object) -> str | None:
@@ -271,8 +273,15 @@ class WorkloadSpec(_Section):
 
     collectives: CollectivesSpec | None = None
     """Collective operations alone, like nccl-tests."""
-    script: Annotated[str, AfterValidator(_script_not_supported)] | None = None
-    """A live training script (not supported yet)."""
+    script: Annotated[str, MinLen(1)] | None = None
+    """A live training script, run unmodified as torchrun would; path relative to the
+    scenario file's folder."""
+    args: list[str] = []
+    """The script's command-line arguments (``sys.argv[1:]``)."""
+    nproc_per_node: Annotated[int, Field(ge=1, le=16)] | None = None
+    """Ranks per host, as torchrun's; default cluster.gpus_per_host."""
+    env: dict[str, Annotated[str, BeforeValidator(_env_value)]] = {}
+    """Extra environment variables for every rank."""
 
 
 class ScenarioSpec(_Section):

@@ -252,9 +252,8 @@ def test_k_too_small_shows_every_factor() -> None:
      'nccl.nvls: got "yes"; expected true or false'),
     (scenario({"gpu": "h100"}, seed=-1),
      "seed: got -1; expected an integer from 0 to 4294967295"),
-    (scenario({"gpu": "h100"}, {"script": "train.py"}),
-     'workload.script: got "train.py"; live training scripts are not supported yet; '
-     "use workload.collectives"),
+    (scenario({"gpu": "h100"}, {"script": "no_such_train.py"}),
+     'workload.script: got "no_such_train.py"; no such file at '),
     (scenario({"gpu": "h100"}, {"collectives": {"ops": [], "sizes": [1024]}}),
      "workload.collectives.ops: got []; expected a non-empty list"),
     (scenario({"gpu": "h100"}, {"collectives": {"ops": ["allgather"], "sizes": [1024]}}),
@@ -436,7 +435,7 @@ def test_workload_must_fit_the_cluster(collectives: dict[str, Any], expected: st
 def test_workload_without_collectives_says_what_to_add() -> None:
     assert only_problem(scenario({"gpu": "h100"}, {})) == (
         "scenarios/x.yaml: workload: nothing to run; add workload.collectives, e.g. {ops: "
-        "[all_reduce], sizes: {min: 1MiB, max: 1GiB, factor: 2}}")
+        "[all_reduce], sizes: {min: 1MiB, max: 1GiB, factor: 2}}, or workload.script")
 
 
 # -- files and YAML -----------------------------------------------------------------------------
@@ -555,3 +554,35 @@ def test_public_names_are_exported() -> None:
     import phantora.scenario as package
 
     assert all(hasattr(package, name) for name in package.__all__)
+
+
+def _script_scenario(tmp_path: Path, **workload: object) -> dict[str, object]:
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    return {"cluster": {"gpu": "h100", "hosts": 2, "gpus_per_host": 4},
+            "workload": {"script": "train.py", **workload}}
+
+
+def test_script_workload_resolves_relative_to_the_scenario_file(tmp_path: Path) -> None:
+    data = _script_scenario(tmp_path, args=["--steps", "3"], env={"OMP_NUM_THREADS": 1})
+    resolved = parse_scenario(data, str(tmp_path / "s.yaml"))
+    workload = resolved.workload
+    assert workload.kind == "script"
+    assert workload.script == str(tmp_path / "train.py")
+    assert workload.args == ("--steps", "3")
+    assert (workload.nproc_per_node, workload.world_size) == (4, 8)
+    assert workload.env == {"OMP_NUM_THREADS": "1"}
+
+
+def test_too_many_processes_per_node_shows_every_factor(tmp_path: Path) -> None:
+    data = _script_scenario(tmp_path, nproc_per_node=8)
+    with pytest.raises(ScenarioError) as err:
+        parse_scenario(data, str(tmp_path / "s.yaml"))
+    assert str(err.value).endswith(
+        "workload.nproc_per_node: workload.nproc_per_node (8) x cluster.hosts (2) = 16 ranks, "
+        "but cluster.gpus_per_host (4) x cluster.hosts (2) = 8 GPUs; set nproc_per_node: 4")
+
+
+def test_script_and_collectives_together_are_rejected(tmp_path: Path) -> None:
+    data = _script_scenario(tmp_path, collectives={"ops": ["all_reduce"], "sizes": [1024]})
+    with pytest.raises(ScenarioError, match="has both collectives and script; keep one"):
+        parse_scenario(data, str(tmp_path / "s.yaml"))
