@@ -1,0 +1,148 @@
+"""Every efficiency and latency correction of the collective model, in one place.
+
+The network backends move bytes at the links' line rates. NCCL gets less, and a flow
+therefore carries ``payload / efficiency`` wire bytes, where for a link of ``kind``
+
+    efficiency = min(link_efficiency[kind] x model_ratio x correction[(algorithm, protocol)],
+                     channels x cta_gbs[protocol] x send_duty / line_gbs)   (NVLink only)
+                 x chunk / (chunk + chunk_overhead_bytes[(algorithm, protocol)])
+
+* ``link_efficiency``: what ring/Simple payload reaches on a link that is the bottleneck.
+* ``model_ratio``: NCCL's own modeled throughput of the protocol relative to Simple for the
+  same algorithm (``tuning.cc``: LL is ``min(llMaxBw, busBw/2)``, LL128 ``0.92 busBw``...),
+  or, for NVLS, relative to ring/Simple on the same NVLinks.
+* the CTA term: a channel is one CTA doing its steps one after another, and a step that only
+  copies out of the FIFO (the last step of a ring loop) sends nothing meanwhile; ``send_duty``
+  is the fraction of a loop's steps that send (``planner.send_duty``), ``cta_gbs`` what one CTA
+  copies per second. It explains why 2-GPU all_gather/reduce_scatter (1 send in 2 steps) are
+  slower per link byte than all_reduce (2 in 3) and broadcast (all sends).
+* ``chunk_overhead_bytes``: a fixed cost per pipeline chunk, as bytes of transfer (NVLS
+  synchronizes all GPUs on every chunk, and NCCL shrinks NVLS chunks for mid sizes).
+
+Latency: NCCL's modeled latency of the chosen (algorithm, protocol) is scaled by
+``latency_scale``.
+
+The numbers below were fitted by hand to the measurements named next to them; rerun
+``scripts/validate_collectives.py`` after changing any of them.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from math import ceil
+from types import MappingProxyType
+from typing import Any
+
+from phantora.cluster.topology import LinkKind
+from phantora.collectives.config import Algorithm, Protocol
+
+
+def _empty() -> Mapping[Any, Any]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """Efficiency and latency figures; see the module docstring for how they combine."""
+
+    link_efficiency: Mapping[LinkKind, float]
+    """Fraction of a bottleneck link's line rate that ring/Simple payload reaches."""
+    cta_gbs: Mapping[Protocol, float] = field(default_factory=_empty)
+    """Payload one channel (CTA) copies per second, GB/s; missing means no CTA limit."""
+    correction: Mapping[tuple[Algorithm, Protocol], float] = field(default_factory=_empty)
+    """Measured / NCCL-modeled throughput per (algorithm, protocol); missing means 1.0."""
+    chunk_overhead_bytes: Mapping[tuple[Algorithm, Protocol], int] = field(default_factory=_empty)
+    """Fixed cost per pipeline chunk, in bytes of transfer; missing means none."""
+    latency_scale: Mapping[tuple[Algorithm, Protocol], float] = field(default_factory=_empty)
+    """Measured / NCCL-modeled latency per (algorithm, protocol); missing means 1.0."""
+    grouped_p2p_duty: float = 1.0
+    """Share of a p2p CTA's throughput its send gets when the channel also receives (all_to_all)."""
+    use_model_ratios: bool = True
+    """``False`` charges payload bytes at ``link_efficiency`` only: for closed-form checks."""
+
+    def __post_init__(self) -> None:
+        for kind, value in self.link_efficiency.items():
+            if not 0 < value <= 1:
+                raise ValueError(f"link_efficiency[{kind.value}] is {value}; expected (0, 1]")
+        for table in (self.cta_gbs, self.correction, self.latency_scale):
+            for key, value in table.items():
+                if value <= 0:
+                    raise ValueError(f"calibration entry {key} is {value}; expected > 0")
+
+    @classmethod
+    def payload_only(cls) -> "Calibration":
+        """Wire bytes = payload bytes: every link at line rate, no protocol overhead."""
+        return cls(MappingProxyType({kind: 1.0 for kind in LinkKind}), use_model_ratios=False)
+
+    def efficiency(self, kind: LinkKind, algorithm: Algorithm, protocol: Protocol, *,
+                   model_ratio: float, line_gbs: float, channels: int = 0,
+                   send_duty: float = 1.0, chunk_bytes: int = 0) -> float:
+        """Payload bytes per wire byte on a ``kind`` link (``channels = 0``: no CTA limit)."""
+        base = self.link_efficiency[kind]
+        if not self.use_model_ratios:
+            return base
+        efficiency = base * model_ratio * self.correction.get((algorithm, protocol), 1.0)
+        cta = self.cta_gbs.get(protocol)
+        if kind is LinkKind.NVLINK and channels and cta is not None:
+            efficiency = min(efficiency, channels * cta * send_duty / line_gbs)
+        overhead = self.chunk_overhead_bytes.get((algorithm, protocol), 0)
+        if overhead and chunk_bytes:
+            efficiency *= chunk_bytes / (chunk_bytes + overhead)
+        return min(1.0, efficiency)
+
+    def latency_factor(self, algorithm: Algorithm, protocol: Protocol) -> float:
+        return self.latency_scale.get((algorithm, protocol), 1.0)
+
+    @staticmethod
+    def wire_bytes(payload: int, efficiency: float) -> int:
+        return ceil(payload / efficiency) if payload else 0
+
+
+DEFAULT_CALIBRATION = Calibration(
+    link_efficiency=MappingProxyType({
+        # NVLink 4 (H100/H200), 450 GB/s per direction: 2xH200 broadcast (all sends) runs at
+        # 368-370 GB/s from 128 MiB to 4 GiB (scripts/data/collectives/h200x2); the NCCL
+        # maintainers quote ~370 GB/s effective (nccl-tests #212).
+        LinkKind.NVLINK: 0.822,
+        # 400G NDR InfiniBand, 50 GB/s: "you should see 46-48GB/s per NIC" (nccl-tests #290).
+        LinkKind.NIC: 0.94,
+        LinkKind.FABRIC: 1.0,
+    }),
+    cta_gbs=MappingProxyType({
+        # 2xH200, 24 channels, 64 MiB-1 GiB: all_reduce (duty 2/3) 300-332 GB/s per link,
+        # all_gather / reduce_scatter (duty 1/2) 250-270 GB/s -> ~21 GB/s per CTA.
+        Protocol.SIMPLE: 21.0,
+        # LL at 1 MiB (24 channels): all_reduce 155 GB/s per link, all_gather 119 (forced
+        # Ring/LL at 1 GiB drops to 117 GB/s busbw, which this does not follow).
+        Protocol.LL: 9.5,
+        # Forced Ring/LL128 all_reduce at 1 GiB: busbw 310 GB/s.
+        Protocol.LL128: 19.4,
+    }),
+    correction=MappingProxyType({
+        # 8xH100 all_reduce_perf (NVLS, 4-8 GiB): algbw ~330 GB/s at large chunks, i.e. the
+        # NVLinks at ring speed, not at NCCL's modeled 0.85 of it (nvlsEfficiency).
+        (Algorithm.NVLS, Protocol.SIMPLE): 1.18,
+        # Forced Tree/LL128 on 2xH200 reaches 223 GB/s at 1 GiB; NCCL's ratio gives 288.
+        (Algorithm.TREE, Protocol.LL128): 0.77,
+    }),
+    chunk_overhead_bytes=MappingProxyType({
+        # 8xH100 NVLS sweep, 4 MiB-8 GiB: NCCL's 16/32/64/128 KiB NVLS chunks fit
+        # time = 25 us + S / (330 GB/s x chunk / (chunk + 26 kB)) within 7%.
+        (Algorithm.NVLS, Protocol.SIMPLE): 26_000,
+    }),
+    # 2xH200 all_to_all, 1 MiB-4 GiB (16 then 32 channels per peer): send and receive share
+    # each channel's warps; 0.75 of a collective CTA's throughput fits within 25%.
+    grouped_p2p_duty=0.75,
+    latency_scale=MappingProxyType({
+        # 2xH200 at 64 KiB, forced variants against NCCL's modeled latency + size/bw: Ring/
+        # Simple 19.9 us (15.4), Tree/Simple 20.8 (16.5), Ring/LL 7.9 (8.3), Ring/LL128 16.6
+        # (18.0), Tree/LL 9.6 (8.5), Tree/LL128 13.5 (16.7); 8xH100 ring/LL at 8 B: 13.0
+        # (15.0). NVLS keeps NCCL's 25 us, which the 8xH100 sweep supports.
+        (Algorithm.RING, Protocol.SIMPLE): 1.3,
+        (Algorithm.TREE, Protocol.SIMPLE): 1.3,
+        (Algorithm.RING, Protocol.LL): 0.9,
+        (Algorithm.TREE, Protocol.LL): 1.1,
+        (Algorithm.RING, Protocol.LL128): 0.9,
+        (Algorithm.TREE, Protocol.LL128): 0.8,
+    }),
+)
+"""The calibration phantora uses unless told otherwise."""

@@ -1,0 +1,66 @@
+"""Appends flows to a FlowDag the same way for every algorithm: wire bytes and hop delays.
+
+Planners think in payload bytes and hops; the writer turns a payload into wire bytes (see
+:mod:`~phantora.collectives.calibration`) and a hop into a ``delay_ns`` that, with the
+propagation latency the network adds, sums to NCCL's per-hop latency along a chunk's path.
+Flows without dependencies also wait NCCL's base latency (kernel launch, first handshake).
+"""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from phantora.cluster.topology import LinkKind
+from phantora.collectives.calibration import Calibration
+from phantora.collectives.dag import FlowDag
+from phantora.collectives.system import SystemInfo
+from phantora.collectives.tuning import HopLatency
+from phantora.network.base import GpuId
+
+
+@dataclass
+class FlowWriter:
+    """Builds one collective's :class:`FlowDag`."""
+
+    system: SystemInfo
+    calibration: Calibration
+    efficiency: Mapping[LinkKind, float]
+    """Payload bytes per wire byte, per link kind, for the chosen algorithm and protocol."""
+    latency: HopLatency
+    """NCCL's latency terms for the chosen algorithm and protocol (size factor applied)."""
+    dag: FlowDag = field(default_factory=FlowDag)
+
+    def send(self, src: GpuId, dst: GpuId, payload: int, tag: int, deps: Sequence[int] = (),
+             hops: int = 1) -> int:
+        """One flow carrying ``payload`` bytes over ``hops`` merged protocol steps."""
+        delay_ns = self._hop_delay_ns(src, dst, hops) - self.system.hop_latency_ns(src, dst)
+        return self._add(src, dst, payload, tag, deps, delay_ns)
+
+    def relay(self, src: GpuId, dst: GpuId, payload: int, tag: int, deps: Sequence[int] = (),
+              hops: int = 1, via: GpuId | None = None) -> tuple[int, ...]:
+        """Send ``src -> dst``; across hosts through ``via``'s NIC when given (PXN).
+
+        NB: NCCL's PXN proxy forwards slot by slot, so the NVLink leg ``src -> via`` and the
+        NIC leg ``via -> dst`` run at the same time here (cut-through), both after ``deps``;
+        whoever consumes the data waits for both. Returns the flows delivering the data.
+        """
+        if via is None or via == src or self.system.host_of(src) == self.system.host_of(dst):
+            return (self.send(src, dst, payload, tag, deps, hops),)
+        delay_ns = self._hop_delay_ns(src, dst, hops)
+        leg = self._add(src, via, payload, tag, deps,
+                        delay_ns - self.system.hop_latency_ns(src, via))
+        nic = self._add(via, dst, payload, tag, deps,
+                        delay_ns - self.system.hop_latency_ns(via, dst))
+        return (leg, nic)
+
+    def _hop_delay_ns(self, src: GpuId, dst: GpuId, hops: int) -> int:
+        same_host = self.system.host_of(src) == self.system.host_of(dst)
+        hop_us = self.latency.intra_us if same_host else self.latency.inter_us
+        return round(hops * hop_us * 1000)
+
+    def _add(self, src: GpuId, dst: GpuId, payload: int, tag: int, deps: Sequence[int],
+             delay_ns: int) -> int:
+        if not deps:
+            delay_ns += round(self.latency.base_us * 1000)
+        kind = self.system.link_kind(src, dst)
+        nbytes = self.calibration.wire_bytes(payload, self.efficiency[kind])
+        return self.dag.add(src, dst, nbytes, tag, tuple(deps), max(0, delay_ns))
