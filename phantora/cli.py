@@ -1,8 +1,10 @@
 """``phantora-ns3 SCENARIO.yaml [--out DIR]``: the composition root.
 
 Load and validate the scenario, build the topology and the network backend, run the
-workload, write ``DIR/summary.json`` and print a table. Errors phantora raises on purpose
-are printed as one clear message (exit 2 for a bad scenario, 1 otherwise), never a traceback.
+workload (a collectives sweep, or a live training script), write ``DIR/summary.json`` (and
+for scripts ``DIR/trace.json`` and ``DIR/ranks/rank<N>.log``) and print a table. Errors
+phantora raises on purpose are printed as one clear message (exit 2 for a bad scenario, 1
+otherwise), never a traceback.
 """
 
 import argparse
@@ -15,14 +17,16 @@ from rich.console import Console
 from rich.markup import escape
 
 from phantora.cluster.build import build_topology
-from phantora.cluster.catalogue import lookup_gpu
+from phantora.cluster.catalogue import GpuSpec, lookup_gpu
+from phantora.cluster.topology import Topology
 from phantora.collectives import CollectiveRequest, NcclConfig, SystemInfo
 from phantora.engine.benchmark import run_collective
 from phantora.errors import PhantoraError, ScenarioError
+from phantora.network.base import NetworkBackend
 from phantora.network.factory import make_backend
-from phantora.report.console import collectives_table, with_progress
+from phantora.report.console import collectives_table, ranks_table, with_progress
 from phantora.report.summary import Summary
-from phantora.scenario import NcclOverrides, Scenario, load_scenario
+from phantora.scenario import CollectivesWorkload, NcclOverrides, Scenario, load_scenario
 
 
 def nccl_config(overrides: NcclOverrides) -> NcclConfig:
@@ -35,30 +39,58 @@ def nccl_config(overrides: NcclOverrides) -> NcclConfig:
 
 
 def run_scenario(scenario: Scenario, out_dir: Path, console: Console) -> Summary:
-    """Simulate ``scenario`` and write ``out_dir/summary.json``."""
+    """Simulate ``scenario`` and write ``out_dir/summary.json`` (and the trace for scripts)."""
     wall_start = time.perf_counter()
     cluster = scenario.cluster
     topology = build_topology(cluster)
     gpu = lookup_gpu(cluster.gpu)
     backend = make_backend(topology, cluster.network, scenario.seed)
     setup_s = time.perf_counter() - wall_start
-    workload = scenario.workload
-    system = SystemInfo.from_topology(topology, gpu)
-    config = nccl_config(scenario.nccl)
-    points = [(op, nbytes) for op in workload.ops for nbytes in workload.sizes_bytes]
+    summary = Summary(scenario=scenario.echo(), workload=scenario.workload.kind)
     try:
-        results = [run_collective(CollectiveRequest.make(op, workload.ranks, nbytes,
-                                                         workload.dtype_bytes),
-                                  system, config, backend)
-                   for op, nbytes in with_progress(points, len(points), "simulating", console)]
-        summary = Summary(scenario=scenario.echo(), workload="collectives", collectives=results,
-                          network=asdict(backend.stats()), simulated_ns=backend.now_ns())
+        if isinstance(scenario.workload, CollectivesWorkload):
+            _sweep(scenario.workload, summary, topology, gpu, nccl_config(scenario.nccl),
+                   backend, console)
+        else:
+            _script(scenario, summary, topology, gpu, backend, out_dir, console)
+        summary.network = asdict(backend.stats())
+        summary.simulated_ns = summary.simulated_ns or backend.now_ns()
     finally:
         backend.close()
     summary.wall_seconds = {"setup": round(setup_s, 3),
                             "total": round(time.perf_counter() - wall_start, 3)}
     summary.write(out_dir / "summary.json")
     return summary
+
+
+def _sweep(workload: CollectivesWorkload, summary: Summary, topology: Topology, gpu: GpuSpec,
+           config: NcclConfig, backend: NetworkBackend, console: Console) -> None:
+    system = SystemInfo.from_topology(topology, gpu)
+    points = [(op, nbytes) for op in workload.ops for nbytes in workload.sizes_bytes]
+    summary.collectives = [
+        run_collective(CollectiveRequest.make(op, workload.ranks, nbytes, workload.dtype_bytes),
+                       system, config, backend)
+        for op, nbytes in with_progress(points, len(points), "simulating", console)]
+
+
+def _script(scenario: Scenario, summary: Summary, topology: Topology, gpu: GpuSpec,
+            backend: NetworkBackend, out_dir: Path, console: Console) -> None:
+    # Imported here: only script workloads need the launcher (and, in the ranks, torch).
+    from phantora.engine.script_runner import run_script
+    from phantora.report.live_summary import collective_rows, rank_summaries
+    from phantora.report.trace import write_trace
+
+    assert scenario.workload.kind == "script"
+    result, coverage = run_script(
+        scenario.workload, scenario.simulation, topology, gpu, nccl_config(scenario.nccl),
+        backend, out_dir, echo=lambda line: console.print(f"[dim]\\[rank0][/dim] {escape(line)}",
+                                                          highlight=False))
+    summary.ranks = rank_summaries(result)
+    summary.collectives = collective_rows(result.collectives)
+    summary.compute_coverage = coverage.to_dict()
+    summary.counts = dict(result.counts)
+    summary.simulated_ns = result.simulated_ns
+    write_trace(result, out_dir / "trace.json")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,9 +110,12 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[red]error:[/red] {escape(str(error))}", highlight=False)
         return 2 if isinstance(error, ScenarioError) else 1
     except KeyboardInterrupt:
-        console.print("interrupted")
+        console.print("interrupted: every rank stopped")
         return 130
-    console.print(collectives_table(summary.collectives, title=scenario.name))
+    if summary.ranks:
+        console.print(ranks_table(summary.ranks, title=f"{scenario.name}: ranks"))
+    if summary.collectives:
+        console.print(collectives_table(summary.collectives, title=scenario.name))
     console.print(f"simulated in {summary.wall_seconds['total']:.2f} s wall; "
                   f"wrote {out_dir / 'summary.json'}")
     return 0

@@ -5,7 +5,9 @@
     ├── CatalogueError         an unknown or inconsistent hardware catalogue entry
     ├── MissingDependencyError an optional dependency (ns3, torch) is not installed
     └── SimulationError        something went wrong while simulating
-        └── BackendError       a network backend refused an input or failed
+        ├── BackendError       a network backend refused an input or failed
+        ├── DeadlockError      live ranks wait on each other (mismatched or missing collectives)
+        └── RankCrashed        a live rank's script raised or its process died
 """
 
 
@@ -31,3 +33,20 @@ class SimulationError(PhantoraError):
 
 class BackendError(SimulationError):
     """A network backend rejected an input (e.g. a flow starting in its past) or failed."""
+
+
+class DeadlockError(SimulationError):
+    """No live rank can make progress; the message reports what each rank waits for and which
+    collectives are incomplete (op, group, seq, bytes, ranks that issued it and that did not)."""
+
+
+class RankCrashed(SimulationError):
+    """A live rank's script raised (``traceback`` holds its text) or its process went away."""
+
+    def __init__(self, rank: int, traceback: str) -> None:
+        self.rank = rank
+        self.traceback = traceback
+        super().__init__(f"rank {rank} failed:\n{traceback.rstrip()}")
+
+    def __reduce__(self) -> tuple[type["RankCrashed"], tuple[int, str]]:
+        return RankCrashed, (self.rank, self.traceback)

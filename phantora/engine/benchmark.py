@@ -24,7 +24,9 @@ _BUS_FACTOR: dict[str, Callable[[int], float]] = {
 
 
 def bus_factor(op: str, nranks: int) -> float:
-    return _BUS_FACTOR[op](nranks)
+    """nccl-tests' factor for ``op``; 1 for ops it has none for (send/recv, barrier, ...)."""
+    factor = _BUS_FACTOR.get(op)
+    return factor(nranks) if factor is not None else 1.0
 
 
 def run_collective(request: CollectiveRequest, system: SystemInfo, config: NcclConfig,

@@ -7,7 +7,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from phantora.report.summary import CollectiveResult
+from phantora.report.summary import CollectiveResult, RankSummary
 from phantora.units import format_bytes
 
 T = TypeVar("T")
@@ -15,13 +15,28 @@ T = TypeVar("T")
 
 def collectives_table(results: list[CollectiveResult], title: str) -> Table:
     table = Table(title=title)
-    for name in ("op", "bytes", "ranks", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "algo/proto",
-                 "channels"):
+    counted = any(r.count > 1 for r in results)
+    names = ["op", "bytes", "ranks", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "algo/proto",
+             "channels"] + (["count"] if counted else [])
+    for name in names:
         table.add_column(name, justify="left" if name in ("op", "algo/proto") else "right")
     for r in results:
         table.add_row(r.op, format_bytes(r.bytes), str(r.ranks), f"{r.time_us:.1f}",
                       f"{r.algbw_gbs:.2f}", f"{r.busbw_gbs:.2f}", f"{r.algorithm}/{r.protocol}",
-                      str(r.channels))
+                      str(r.channels), *([str(r.count)] if counted else []))
+    return table
+
+
+def ranks_table(ranks: list[RankSummary], title: str) -> Table:
+    """Per live rank: where its clock ended, its GPU's last work, time blocked on the GPU."""
+    table = Table(title=title)
+    for name in ("rank", "GPU", "clock (ms)", "GPU busy until (ms)", "blocked (ms)", "kernels",
+                 "collectives"):
+        table.add_column(name, justify="right")
+    for r in ranks:
+        table.add_row(str(r.rank), str(r.gpu), f"{r.clock_ns / 1e6:.3f}",
+                      f"{r.gpu_end_ns / 1e6:.3f}", f"{r.blocked_ns / 1e6:.3f}", str(r.kernels),
+                      str(r.collectives))
     return table
 
 

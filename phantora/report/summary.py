@@ -33,13 +33,37 @@ class CollectiveResult:
     channels: int
     flows: int
     """Flows the collective was decomposed into."""
+    count: int = 1
+    """Collectives this row stands for (a live run groups identical ones; times are means)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RankSummary:
+    """One live rank: where its clock ended and what it did."""
+
+    rank: int
+    gpu: int
+    clock_ns: int
+    """The rank's virtual clock when its script ended (what its own timers read)."""
+    gpu_end_ns: int
+    blocked_ns: int
+    """Virtual time spent waiting for the GPU in host syncs."""
+    kernels: int
+    collectives: int
 
 
 @dataclass
 class Summary:
     scenario: dict[str, Any]
     workload: str
+    """``collectives`` (a sweep) or ``script`` (a live training script)."""
     collectives: list[CollectiveResult] = field(default_factory=list)
+    ranks: list[RankSummary] = field(default_factory=list)
+    """Live runs only."""
+    compute_coverage: dict[str, Any] = field(default_factory=dict)
+    """Live runs only: where simulated GPU time came from (roofline, fallback), top ops."""
+    counts: dict[str, int] = field(default_factory=dict)
+    """Live runs only: batches, ops, kernels, syncs, collectives, flows the engine handled."""
     network: dict[str, Any] = field(default_factory=dict)
     simulated_ns: int = 0
     wall_seconds: dict[str, float] = field(default_factory=dict)

@@ -23,6 +23,7 @@ from phantora.scenario.model import (
     RailOptimizedFabric,
     Scenario,
     ScriptWorkload,
+    SimulationConfig,
 )
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "RailOptimizedFabric",
     "Scenario",
     "ScriptWorkload",
+    "SimulationConfig",
     "load_scenario",
     "parse_scenario",
 ]

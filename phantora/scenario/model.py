@@ -142,6 +142,14 @@ class ScriptWorkload(_Resolved):
     env: dict[str, str]
 
 
+class SimulationConfig(_Resolved):
+    """How live scripts are timed."""
+
+    reproducible: bool
+    cpu_time_per_op_ns: int
+    """Only used when ``reproducible``."""
+
+
 Workload = Annotated[CollectivesWorkload | ScriptWorkload, Field(discriminator="kind")]
 
 
@@ -155,6 +163,7 @@ class Scenario(_Resolved):
     cluster: ClusterConfig
     nccl: NcclOverrides
     workload: Workload
+    simulation: SimulationConfig
 
     def echo(self) -> dict[str, Any]:
         """The resolved scenario as plain JSON types, for ``summary.json``."""

@@ -27,6 +27,7 @@ from phantora.scenario.model import (
     RailOptimizedFabric,
     Scenario,
     ScriptWorkload,
+    SimulationConfig,
     TopologyName,
 )
 from phantora.scenario.schema import (
@@ -71,7 +72,10 @@ def resolve_scenario(spec: ScenarioSpec, source: str) -> Scenario:
     if problems or cluster is None or workload is None:
         raise scenario_error(source, problems)
     return Scenario(name=_given(spec.name, Path(source).stem), seed=spec.seed, source=source,
-                    cluster=cluster, nccl=nccl, workload=workload)
+                    cluster=cluster, nccl=nccl, workload=workload,
+                    simulation=SimulationConfig(
+                        reproducible=spec.simulation.reproducible,
+                        cpu_time_per_op_ns=spec.simulation.cpu_time_per_op))
 
 
 def _given(value: T | None, default: T) -> T:

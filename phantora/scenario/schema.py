@@ -156,6 +156,7 @@ Choice = BeforeValidator(_lower)
 DEFAULT_LINK_LATENCY_NS = 500
 DEFAULT_SWITCH_BUFFER_BYTES = 4 * 2**20
 DEFAULT_MTU_BYTES = 9000
+DEFAULT_CPU_TIME_PER_OP_NS = 10_000
 
 
 class _Section(BaseModel):
@@ -284,6 +285,17 @@ class WorkloadSpec(_Section):
     """Extra environment variables for every rank."""
 
 
+class SimulationSpec(_Section):
+    """``simulation``: how live scripts are timed."""
+
+    reproducible: bool = False
+    """Charge a fixed CPU cost per intercepted op instead of measuring the script's CPU time,
+    and start every rank's wall clock at a fixed epoch: two runs give bit-identical numbers."""
+    cpu_time_per_op: Duration = DEFAULT_CPU_TIME_PER_OP_NS
+    """Reproducible mode's CPU cost of one intercepted op (the script's Python and PyTorch
+    overhead around it), on top of the kernel launch overhead; default 10us."""
+
+
 class ScenarioSpec(_Section):
     """A whole ``scenario.yaml``."""
 
@@ -296,4 +308,6 @@ class ScenarioSpec(_Section):
     nccl: NcclSpec = NcclSpec()
     """NCCL overrides: algorithm, protocol, channels, nvls."""
     workload: WorkloadSpec
-    """What to run: workload.collectives, as script workloads are not supported yet."""
+    """What to run: workload.collectives (a sweep) or workload.script (a training script)."""
+    simulation: SimulationSpec = SimulationSpec()
+    """Timing of live scripts: reproducible, cpu_time_per_op."""

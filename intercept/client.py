@@ -1,0 +1,136 @@
+"""A rank's side of the coordinator connection: buffers ops, sends batches, blocks on syncs.
+
+Flush rules (``intercept.protocol``): ops leave in one :class:`~intercept.protocol.Batch` when
+the rank blocks (:meth:`CoordinatorClient.sync`), when the caller asks (the runtime does after a
+collective), when the buffer holds ``max_buffered_ops``, and from a daemon heartbeat thread every
+``heartbeat_interval_s`` of wall time while ops are pending or the clock has moved since the last
+batch, so a rank busy on the CPU keeps raising its promise and does not hold the others back.
+
+Every op is stamped with the clock *while the buffer lock is held*, so no batch can promise a
+time later than an op still to be sent. While a sync is outstanding nothing else is sent: a
+blocked rank promises nothing until the reply comes. All the client's CPU time (pickling, the
+heartbeat thread) is excluded from virtual time.
+"""
+
+import os
+import threading
+from multiprocessing.connection import Connection
+from typing import Any
+
+from intercept.clock import VirtualClock
+from intercept.protocol import Batch, Exit, Op, Reply, Sync
+
+MAX_BUFFERED_OPS = 256
+"""Ops held before a flush: a few batches per GPT-2 step, each a single pickle and send."""
+HEARTBEAT_INTERVAL_S = 0.005
+"""Wall time between heartbeats: short next to a step, long next to a batch send (~20 us)."""
+
+
+class CoordinatorClient:
+    """Sends one rank's ops to the coordinator over ``conn``; see the module docstring."""
+
+    def __init__(self, conn: Connection, clock: VirtualClock, *,
+                 max_buffered_ops: int = MAX_BUFFERED_OPS,
+                 heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S) -> None:
+        self._conn = conn
+        self._clock = clock
+        self._max_buffered_ops = max_buffered_ops
+        self._heartbeat_interval_s = heartbeat_interval_s
+        self._lock = threading.Lock()
+        self._sync_lock = threading.Lock()
+        self._ops: list[Op] = []
+        self._promised_ns = -1
+        """``clock_ns`` of the last batch sent."""
+        self._blocked = False
+        self._closed = False
+        self._pid = os.getpid()
+        self._stop = threading.Event()
+        self._heartbeat = threading.Thread(target=self._beat, name="phantora-heartbeat",
+                                           daemon=True)
+
+    def start(self) -> None:
+        """Start the heartbeat thread."""
+        self._heartbeat.start()
+
+    def add(self, op_type: type[Op], **fields: Any) -> Op:
+        """Buffer ``op_type(at_ns=<now>, **fields)``; flush if the buffer is full."""
+        with self._clock.excluded(), self._lock:
+            self._check_usable()
+            op = op_type(at_ns=self._clock.now_ns(), **fields)
+            self._ops.append(op)
+            if len(self._ops) >= self._max_buffered_ops:
+                self._send(Batch(self._clock.now_ns(), self._take_ops()))
+        return op
+
+    def flush(self) -> None:
+        """Send the buffered ops now (with the current clock as promise)."""
+        with self._clock.excluded(), self._lock:
+            self._check_usable()
+            self._send(Batch(self._clock.now_ns(), self._take_ops()))
+
+    def sync(self, kind: str, target: int) -> Reply:
+        """Send pending ops with a :class:`Sync`, block for the :class:`Reply`, jump the clock.
+
+        The clock moves to ``max(clock, reply.time_ns)``, except for a ``"query"``, which does not
+        wait for anything. Syncs from several threads are answered one after the other.
+        """
+        with self._clock.excluded(), self._sync_lock:
+            with self._lock:
+                self._check_usable()
+                now = self._clock.now_ns()
+                self._send(Batch(now, self._take_ops(), sync=Sync(kind, target, now)))  # type: ignore[arg-type]
+                self._blocked = True
+            try:
+                reply = self._conn.recv()
+            finally:
+                with self._lock:
+                    self._blocked = False
+            if not isinstance(reply, Reply):
+                raise RuntimeError(f"the coordinator answered a {kind} sync with {reply!r}; "
+                                   "expected a Reply")
+            if kind != "query":
+                self._clock.advance_to(reply.time_ns)
+            return reply
+
+    def close(self, exit_: Exit) -> None:
+        """Send the remaining ops with ``exit_`` and stop the heartbeat; nothing may follow."""
+        with self._clock.excluded():
+            with self._lock:
+                self._check_usable()
+                self._send(Batch(self._clock.now_ns(), self._take_ops(), exit=exit_))
+                self._closed = True
+            self._stop.set()
+            if self._heartbeat.is_alive():
+                self._heartbeat.join()
+
+    def _take_ops(self) -> list[Op]:
+        ops, self._ops = self._ops, []
+        return ops
+
+    def _send(self, batch: Batch) -> None:
+        """Send with the lock held; records the promise."""
+        self._conn.send(batch)
+        self._promised_ns = batch.clock_ns
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise RuntimeError("the rank already sent its Exit; no more ops can follow")
+        if os.getpid() != self._pid:
+            # A forked child (a DataLoader worker) shares the rank's socket; real CUDA forbids
+            # GPU work in a forked child too ("Cannot re-initialize CUDA in forked subprocess").
+            raise RuntimeError(f"GPU work in a forked child (pid {os.getpid()}) of the rank "
+                               f"(pid {self._pid}); CUDA does not allow it either")
+
+    def _beat(self) -> None:
+        """Heartbeat loop: a batch when ops wait or the clock moved, unless blocked or closed."""
+        while not self._stop.wait(self._heartbeat_interval_s):
+            with self._clock.excluded(), self._lock:
+                if self._closed or self._blocked:
+                    continue
+                now = self._clock.now_ns()
+                if not self._ops and now <= self._promised_ns:
+                    continue
+                try:
+                    self._send(Batch(now, self._take_ops()))
+                except OSError:
+                    return  # coordinator gone: the main thread's next send reports it

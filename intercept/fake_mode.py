@@ -1,0 +1,576 @@
+"""SimFakeMode: every CUDA tensor is a FakeTensor, every GPU kernel is recorded, never run.
+
+One mode per rank process, entered before the user's script starts (``intercept.device``).
+For each aten op it
+
+* runs small all-CPU work **for real** (data pipelines, DDP's bucket indices, step counters):
+  an op whose tensor inputs are all real CPU tensors, or a CPU factory op whose output has at
+  most :data:`REAL_CPU_MAX_NUMEL` elements; big CPU tensors (a model built on the CPU before
+  ``.to('cuda')``) stay fake;
+* otherwise executes it on fake tensors (shapes, dtypes, devices; no data) and, when it touches
+  a CUDA tensor and would launch a kernel, calls ``runtime.kernel(name, flops, nbytes,
+  stream)`` with the current CUDA stream of the op's device; ``name`` is the aten op
+  (``aten::mm``), or :data:`MEMCPY_HTOD` / :data:`MEMCPY_DTOH` for copies between host and
+  device, whose ``nbytes`` is the size moved;
+* treats reading a CUDA value on the host (``.item()``, ``float()``, ``.tolist()``,
+  ``print``, format, ``.cpu()``, data-dependent output shapes) and blocking copies between
+  host and device as a host sync: ``runtime.sync("stream", current stream)``, then returns a
+  plausible value.
+
+Plausible values (no data exists): floating and complex scalars read as :data:`FLOAT_VALUE`
+(1.0: a loss or grad norm that never divides by zero), integers as :data:`INT_VALUE` (1),
+booleans as :data:`BOOL_VALUE` (False: ``found_inf``, ``isnan(loss).any()``). Data-dependent
+shapes: ``nonzero``, ``masked_select``, boolean indexing and ``unique`` keep
+:data:`SELECT_FRACTION` of the elements; ``bincount`` has ``max(minlength, INT_VALUE + 1)``
+bins; ``repeat_interleave(repeats)`` repeats every element ``INT_VALUE`` times.
+
+Device memory (``torch.cuda.memory_allocated`` and friends) is a live-bytes counter of fake
+CUDA storages: a storage counts from the op that creates it until it is freed. It does not
+model the caching allocator's block rounding and fragmentation (that comes with the calibrated
+allocator model); "reserved" is the high-water mark of allocated bytes rounded up to
+:data:`RESERVED_GRANULE_BYTES`, lowered only by ``empty_cache()``.
+
+The interceptor's own CPU time (fake execution, recording) runs inside
+``runtime.excluded()``; calls into the runtime (kernel, sync) and into the process group
+(c10d and functional collectives) happen outside it, so the runtime never sees nesting.
+"""
+
+import contextlib
+import functools
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any, ContextManager, Protocol
+
+import numpy as np
+import torch
+from torch._subclasses.fake_tensor import _DISPATCH_META_HANDLERS, FakeTensor, FakeTensorMode
+
+from intercept import op_costs, shim
+from phantora.errors import SimulationError
+
+aten = torch.ops.aten
+
+FLOAT_VALUE = 1.0
+INT_VALUE = 1
+BOOL_VALUE = False
+SELECT_FRACTION = 0.5
+REAL_CPU_MAX_NUMEL = 65536
+RESERVED_GRANULE_BYTES = 2 * 2**20
+
+NO_KERNEL_OPS: frozenset[Any] = frozenset({
+    # allocation without initialisation: the caching allocator, not a kernel
+    aten.empty.memory_format, aten.empty_strided.default, aten.empty_like.default,
+    aten.new_empty.default, aten.new_empty_strided.default, aten.resize_.default,
+    # aliasing and metadata (in-place view ops are not flagged ``is_view``)
+    aten._unsafe_view.default, aten.set_.source_Storage, aten.set_.source_Storage_storage_offset,
+    aten.set_.source_Tensor, aten.set_.default, aten.as_strided_.default, aten.detach_.default,
+    aten.squeeze_.default, aten.squeeze_.dim, aten.squeeze_.dims, aten.unsqueeze_.default,
+    aten.t_.default, aten.transpose_.default, aten.swapdims_.default, aten.swapaxes_.default,
+    aten.is_same_size.default, aten._has_compatible_shallow_copy_type.default,
+    aten.sym_size.int, aten.sym_stride.int, aten.sym_numel.default,
+    aten.sym_storage_offset.default, aten.is_contiguous.default, aten.is_contiguous.memory_format,
+    aten.is_non_overlapping_and_dense.default,
+})
+"""Ops that launch no kernel although they are not flagged ``is_view`` (views never do)."""
+
+COLLECTIVE_NAMESPACE = "c10d"
+FUNCTIONAL_COLLECTIVE_NAMESPACE = "_c10d_functional"
+NO_KERNEL_NAMESPACES = frozenset({"prim", "profiler", FUNCTIONAL_COLLECTIVE_NAMESPACE})
+"""Namespaces with no kernels of their own (collectives are the process group's to record)."""
+MEMCPY_HTOD = "Memcpy HtoD"
+MEMCPY_DTOH = "Memcpy DtoH"
+"""Kernel names of copies between host and device (as CUDA's profiler names them): they move
+``nbytes`` over PCIe, not through HBM."""
+HOST_DEVICE_COPIES = frozenset({aten._to_copy.default, aten.copy_.default})
+_METADATA_QUERIES: dict[Any, Callable[[Any], Any]] = dict(_DISPATCH_META_HANDLERS)
+"""prim.device, aten.size/stride/storage_offset: answered from the FakeTensor's metadata."""
+
+
+class Runtime(Protocol):
+    """What the mode needs of ``intercept.runtime.RankRuntime``."""
+
+    def excluded(self) -> ContextManager[None]: ...
+    def kernel(self, name: str, flops: int, nbytes: int, stream: int) -> None: ...
+    def sync(self, kind: str, target: int = 0) -> int: ...
+
+
+FunctionalCollectiveHandler = Callable[[Any, tuple[Any, ...], dict[str, Any], Any], None]
+"""``handler(func, args, kwargs, out)``: a ``_c10d_functional`` op FakeTensorMode answered."""
+
+
+def plausible_value(dtype: torch.dtype) -> float | int | bool:
+    """The value a fake scalar of ``dtype`` reads as on the host."""
+    if dtype == torch.bool:
+        return BOOL_VALUE
+    if dtype.is_floating_point or dtype.is_complex:
+        return FLOAT_VALUE
+    return INT_VALUE
+
+
+class DeviceMemory:
+    """Live bytes of fake CUDA storages per device, with the peaks ``torch.cuda`` reports."""
+
+    def __init__(self, total_bytes: int) -> None:
+        self.total_bytes = total_bytes
+        # reentrant: a garbage collection inside a locked section may free a storage, whose
+        # finalizer (_free) then takes the lock again on the same thread
+        self._lock = threading.RLock()
+        self._tracked: set[int] = set()
+        self._stats: dict[int, dict[str, int]] = {}
+
+    def stats(self, device: int) -> dict[str, int]:
+        """Counters of ``device`` (created at zero on first use)."""
+        stats = self._stats.get(device)
+        if stats is None:
+            stats = self._stats[device] = dict.fromkeys(
+                ("allocated", "peak", "allocated_total", "freed_total", "reserved",
+                 "reserved_peak", "count", "count_peak"), 0)
+        return stats
+
+    def track(self, t: torch.Tensor) -> None:
+        """Count ``t``'s storage if it is new; it is uncounted when the storage is freed."""
+        storage = t.untyped_storage()
+        key = storage._cdata
+        nbytes = storage.nbytes()
+        device = t.device.index or 0
+        with self._lock:
+            if key in self._tracked:
+                return
+            self._tracked.add(key)
+            s = self.stats(device)
+            s["allocated"] += nbytes
+            s["allocated_total"] += nbytes
+            s["count"] += 1
+            s["peak"] = max(s["peak"], s["allocated"])
+            s["count_peak"] = max(s["count_peak"], s["count"])
+            s["reserved"] = max(s["reserved"], _round_up(s["allocated"], RESERVED_GRANULE_BYTES))
+            s["reserved_peak"] = max(s["reserved_peak"], s["reserved"])
+        weakref.finalize(storage, self._free, key, device, nbytes)
+
+    def _free(self, key: int, device: int, nbytes: int) -> None:
+        with self._lock:
+            self._tracked.discard(key)
+            s = self.stats(device)
+            s["allocated"] -= nbytes
+            s["freed_total"] += nbytes
+            s["count"] -= 1
+
+    def reset_peak(self, device: int) -> None:
+        with self._lock:
+            s = self.stats(device)
+            s["peak"], s["count_peak"] = s["allocated"], s["count"]
+            s["reserved_peak"] = s["reserved"]
+
+    def reset_accumulated(self, device: int) -> None:
+        with self._lock:
+            s = self.stats(device)
+            s["allocated_total"] = s["freed_total"] = 0
+
+    def empty_cache(self, device: int) -> None:
+        """Give unused reserved memory back: reserved drops to allocated, rounded up."""
+        with self._lock:
+            s = self.stats(device)
+            s["reserved"] = _round_up(s["allocated"], RESERVED_GRANULE_BYTES)
+
+    def nested_stats(self, device: int) -> dict[str, Any]:
+        """``torch.cuda.memory_stats_as_nested_dict()``: what the counter models, zeros for the
+        caching allocator's internals (splits, oversize blocks) that it does not."""
+        s = dict(self.stats(device))
+
+        def counts(current: int = 0, peak: int = 0, allocated: int = 0,
+                   freed: int = 0) -> dict[str, int]:
+            return {"current": current, "peak": peak, "allocated": allocated, "freed": freed}
+
+        def pooled(*values: int) -> dict[str, Any]:
+            # every counted storage is reported in the large pool
+            return {"all": counts(*values), "large_pool": counts(*values), "small_pool": counts()}
+
+        live_bytes = pooled(s["allocated"], s["peak"], s["allocated_total"], s["freed_total"])
+        live_count = pooled(s["count"], s["count_peak"])
+        segments = s["reserved"] // RESERVED_GRANULE_BYTES
+        return {
+            "allocated_bytes": live_bytes, "active_bytes": live_bytes,
+            "requested_bytes": live_bytes,
+            "reserved_bytes": pooled(s["reserved"], s["reserved_peak"]),
+            "inactive_split_bytes": pooled(),
+            "allocation": live_count, "active": live_count,
+            "segment": pooled(segments, s["reserved_peak"] // RESERVED_GRANULE_BYTES),
+            "inactive_split": pooled(),
+            "oversize_allocations": counts(), "oversize_segments": counts(),
+            "num_alloc_retries": 0, "num_ooms": 0, "num_sync_all_streams": 0,
+            "num_device_alloc": 0, "num_device_free": 0, "max_split_size": -1,
+        }
+
+
+Launch = tuple[str, int, int, int, bool]
+"""``(kernel name, flops, nbytes, device index, host waits for it)``."""
+_RUN_REAL = object()
+"""Marks an op to run for real once the mode has left ``runtime.excluded()``."""
+
+
+class SimFakeMode(FakeTensorMode):
+    """FakeTensorMode that records kernels to a runtime (see the module docstring)."""
+
+    # Higher-order operators (DTensor RNG, flex_attention, ...) look their mode rule up by
+    # exact ``type(mode)``; with this flag they come to __torch_dispatch__ and are forwarded to
+    # FakeTensorMode's rule.
+    supports_higher_order_operators = True
+
+    def __init__(self, runtime: Runtime, memory: DeviceMemory,
+                 on_functional_collective: FunctionalCollectiveHandler | None = None) -> None:
+        super().__init__(allow_non_fake_inputs=True)
+        self.runtime = runtime
+        self.memory = memory
+        self.on_functional_collective = on_functional_collective
+        self._thread = threading.local()
+        self._current_stream = shim.library().fakecuda_current_stream
+        self._names: dict[Any, str] = {}
+
+    @property
+    def avoid_device_init(self) -> bool:
+        # torch.cuda.is_available() is patched to True, which would make FakeTensorMode
+        # constant-propagate small real CPU tensors for real across .to('cuda') (there is no
+        # CUDA kernel to run them). Keep the behaviour of a machine without a device.
+        return True
+
+    def host_sync(self, t: torch.Tensor) -> None:
+        """The host waits for the GPU before reading ``t`` (if ``t`` lives on a GPU)."""
+        if t.device.type == "cuda":
+            self.runtime.sync("stream", self._current_stream(t.device.index or 0))
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        query = _METADATA_QUERIES.get(func)
+        if query is not None:
+            # NB: ~5700 per GPT-2 step (C++ asking a FakeTensor for its device), ~1 us each;
+            # entering runtime.excluded() would cost more than answering, so they are not
+            # excluded from the script's time.
+            return query(args)
+        kwargs = kwargs or {}
+        if isinstance(func, torch._ops.HigherOrderOperator):
+            return self._higher_order(func, types, args, kwargs)
+        state = self._thread
+        if getattr(state, "depth", 0):
+            # An op FakeTensorMode issues while executing another one: no kernel of its own.
+            if func in DATA_DEPENDENT:
+                return DATA_DEPENDENT[func](self, *args, **kwargs)
+            return self.dispatch(func, types, args, kwargs)
+        if func.namespace == COLLECTIVE_NAMESPACE:
+            # c10d.allreduce_ & co. reach the process group, which accounts for its own time.
+            return self.dispatch(func, types, args, kwargs)
+        state.depth = 1
+        try:
+            with self.runtime.excluded():
+                out, launch = self._fake(func, types, args, kwargs)
+        finally:
+            state.depth = 0
+        if out is _RUN_REAL:
+            return func(*args, **kwargs)  # this mode is popped here: the real CPU kernel runs
+        if func.namespace == FUNCTIONAL_COLLECTIVE_NAMESPACE:
+            if self.on_functional_collective is None:
+                raise SimulationError(f"{func} needs a process group, but none is connected")
+            self.on_functional_collective(func, args, kwargs, out)
+        elif launch is not None:
+            name, flops, nbytes, device, host_waits = launch
+            stream = self._current_stream(device)
+            self.runtime.kernel(name, flops, nbytes, stream)
+            if host_waits:
+                self.runtime.sync("stream", stream)
+        return out
+
+    def _fake(self, func: Any, types: Any, args: Any, kwargs: Any) -> tuple[Any, Launch | None]:
+        """The op's fake result and the kernel it launches; :data:`_RUN_REAL` for real CPU work."""
+        inputs = op_costs.flat_tensors(args)
+        if kwargs:
+            inputs += op_costs.flat_tensors(kwargs)
+        if func.namespace == "aten" and _runs_real(func, args, kwargs, inputs):
+            return _RUN_REAL, None
+        if func is aten._local_scalar_dense.default:
+            return self._read_scalar(func, types, args, kwargs)
+        if func is aten.record_stream.default:
+            return None, None  # the caching allocator's business; has no fake implementation
+        handler = DATA_DEPENDENT.get(func)
+        if handler is not None:
+            out = handler(self, *args, **kwargs)
+        else:
+            out = self.dispatch(func, types, args, kwargs)
+        return out, self._launch(func, args, kwargs, out, inputs)
+
+    def _launch(self, func: Any, args: Any, kwargs: Any, out: Any,
+                inputs: list[torch.Tensor]) -> Launch | None:
+        """The kernel ``func`` launches, if any; also counts the CUDA storages it created."""
+        outputs = op_costs.flat_tensors(out)
+        device = None
+        for t in outputs:
+            if isinstance(t, FakeTensor) and t.device.type == "cuda":
+                self.memory.track(t)
+                device = t.device.index or 0
+        if func.is_view or func in NO_KERNEL_OPS or func.namespace in NO_KERNEL_NAMESPACES:
+            return None
+        if device is None:
+            source = next((t for t in inputs if t.device.type == "cuda"), None)
+            if source is None:
+                return None  # a CPU op on fake CPU tensors: no GPU kernel
+            device = source.device.index or 0
+            if outputs:  # CUDA inputs, CPU outputs: .cpu(), cpu_tensor.copy_(cuda_tensor)
+                transferred = sum(op_costs.tensor_bytes(t) for t in outputs)
+                return MEMCPY_DTOH, 0, transferred, device, not _non_blocking(func, args, kwargs)
+            # else an in-place op that returns nothing (_foreach_add_): an ordinary kernel
+        if func in HOST_DEVICE_COPIES and any(t.device.type == "cpu" for t in inputs):
+            # a blocking copy synchronises the stream after it (ATen's memcpy_and_sync)
+            transferred = sum(op_costs.tensor_bytes(t) for t in outputs)
+            return MEMCPY_HTOD, 0, transferred, device, not _non_blocking(func, args, kwargs)
+        name = self._names.get(func)
+        if name is None:
+            name = self._names[func] = func._schema.name
+        flops, nbytes = op_costs.op_cost(func, args, kwargs, out)
+        return name, flops, nbytes, device, _syncs_host(func, args)
+
+    def _read_scalar(self, func: Any, types: Any, args: Any,
+                     kwargs: Any) -> tuple[Any, Launch | None]:
+        """``.item()`` and friends: a device-to-host copy the host waits for.
+
+        Small CPU constants FakeTensorMode tracks keep their real value.
+        """
+        t = args[0]
+        if isinstance(t, FakeTensor) and t.constant is not None:
+            return self.dispatch(func, types, args, kwargs), None
+        launch = None
+        if t.device.type == "cuda":
+            launch = (MEMCPY_DTOH, 0, t.element_size(), t.device.index or 0, True)
+        return plausible_value(t.dtype), launch
+
+    def _higher_order(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        """Forward a HOP to FakeTensorMode's rule; the ops inside it are dispatched normally."""
+        handler = func.python_key_table.get(FakeTensorMode)
+        if handler is None or getattr(self._thread, "hop", None) is func:
+            return self.dispatch(func, types, args, kwargs)
+        previous, self._thread.hop = getattr(self._thread, "hop", None), func
+        try:
+            return handler(self, *args, **kwargs)
+        finally:
+            self._thread.hop = previous
+
+
+def _runs_real(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+               inputs: list[torch.Tensor]) -> bool:
+    """True if ``func`` is small real CPU work that should run for real (module docstring)."""
+    for t in inputs:
+        if isinstance(t, FakeTensor) or t.device.type != "cpu":
+            return False
+    device = kwargs.get("device")
+    if device is not None and torch.device(device).type != "cpu":
+        return False
+    if inputs:
+        return True
+    numel = _factory_numel(func, args)
+    return numel is not None and numel <= REAL_CPU_MAX_NUMEL
+
+
+_SIZE_FIRST_FACTORIES = frozenset({
+    aten.empty.memory_format, aten.empty_strided.default, aten.zeros.default, aten.ones.default,
+    aten.full.default, aten.rand.default, aten.randn.default,
+})
+
+
+def _factory_numel(func: Any, args: tuple[Any, ...]) -> int | None:
+    """Elements a CPU factory op would create, or None for an op this does not know."""
+    if func in _SIZE_FIRST_FACTORIES:
+        return _product(args[0])
+    if func in (aten.randint.default, aten.randint.low):
+        return _product(args[-1])
+    if func is aten.scalar_tensor.default:
+        return 1
+    if func in (aten.arange.default, aten.arange.start, aten.arange.start_step):
+        start, end, step = ((0, *args, 1) if len(args) == 1 else (*args, 1))[:3]
+        if not all(isinstance(v, int) for v in (start, end, step)):
+            return None
+        return max(0, _round_up(end - start, step) // step)
+    if func in (aten.randperm.default, aten.linspace.default, aten.logspace.default):
+        return int(args[0] if func is aten.randperm.default else args[2])
+    return None
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def _product(sizes: Any) -> int:
+    n = 1
+    for s in sizes:
+        n *= int(s)
+    return n
+
+
+def _non_blocking(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    if func is aten.copy_.default and len(args) > 2:
+        return bool(args[2])
+    return bool(kwargs.get("non_blocking", False))
+
+
+def _syncs_host(func: Any, args: tuple[Any, ...]) -> bool:
+    """Ops whose CUDA kernels need the host to learn a count first (data-dependent shapes)."""
+    if func in DATA_DEPENDENT:
+        return True
+    if func in (aten.index.Tensor, aten.index_put_.default, aten.index_put.default):
+        return any(t.dtype == torch.bool for t in op_costs.flat_tensors(args[1]))
+    return False
+
+
+# --- data-dependent output shapes -------------------------------------------------------------
+# FakeTensorMode raises DynamicOutputShapeException for these; they get a concrete size from the
+# value policy in the module docstring instead.
+
+def _empty(mode: SimFakeMode, shape: tuple[int, ...], dtype: torch.dtype,
+           device: torch.device) -> Any:
+    return mode.dispatch(aten.empty.memory_format, (), (list(shape),),
+                         {"dtype": dtype, "device": device})
+
+
+def _selected(numel: int) -> int:
+    return int(numel * SELECT_FRACTION)
+
+
+def _nonzero(mode: SimFakeMode, x: torch.Tensor) -> Any:
+    return _empty(mode, (_selected(x.numel()), x.dim()), torch.long, x.device)
+
+
+def _masked_select(mode: SimFakeMode, x: torch.Tensor, mask: torch.Tensor) -> Any:
+    numel = torch.broadcast_shapes(x.shape, mask.shape).numel()
+    return _empty(mode, (_selected(numel),), x.dtype, x.device)
+
+
+def _bincount(mode: SimFakeMode, x: torch.Tensor, weights: Any = None, minlength: int = 0) -> Any:
+    dtype = torch.long if weights is None else weights.dtype
+    return _empty(mode, (max(int(minlength), INT_VALUE + 1),), dtype, x.device)
+
+
+def _repeat_interleave(mode: SimFakeMode, repeats: torch.Tensor, output_size: Any = None) -> Any:
+    numel = output_size if output_size is not None else repeats.numel() * INT_VALUE
+    return _empty(mode, (int(numel),), repeats.dtype, repeats.device)
+
+
+def _unique(mode: SimFakeMode, x: torch.Tensor, sorted: bool = True, return_inverse: bool = False,
+            return_counts: bool = False) -> Any:
+    kept = max(_selected(x.numel()), 1)
+    return (_empty(mode, (kept,), x.dtype, x.device),
+            _empty(mode, tuple(x.shape) if return_inverse else (0,), torch.long, x.device),
+            _empty(mode, (kept,) if return_counts else (0,), torch.long, x.device))
+
+
+DATA_DEPENDENT: dict[Any, Callable[..., Any]] = {
+    aten.nonzero.default: _nonzero,
+    aten.masked_select.default: _masked_select,
+    aten.bincount.default: _bincount,
+    aten.repeat_interleave.Tensor: _repeat_interleave,
+    aten._unique2.default: _unique,
+}
+
+
+# --- host-side views of fake values (installed on FakeTensor by intercept.patches) ------------
+
+_active: SimFakeMode | None = None
+
+
+def activate(mode: SimFakeMode | None) -> None:
+    """Make ``mode`` the process's mode: threads enter it, value reads sync through it."""
+    global _active
+    _active = mode
+
+
+def active() -> SimFakeMode | None:
+    """The mode :func:`activate` set, if any."""
+    return _active
+
+
+def _host_read(t: torch.Tensor) -> None:
+    if _active is not None:
+        _active.host_sync(t)
+
+
+def _stand_in(t: torch.Tensor) -> torch.Tensor:
+    """A real CPU tensor shaped like ``t`` holding its plausible value (no memory per element)."""
+    with torch.utils._python_dispatch._disable_current_modes():
+        return torch.full((), plausible_value(t.dtype), dtype=t.dtype).expand(t.shape)
+
+
+def fake_format(self: torch.Tensor, spec: str) -> str:
+    """``f"{loss:.4f}"``: Tensor.__format__ only uses .item() for exact torch.Tensor."""
+    if self.dim() == 0:
+        return self.item().__format__(spec)
+    return object.__format__(self, spec)
+
+
+def fake_repr(self: torch.Tensor, *, tensor_contents: Any = None) -> str:
+    """``print(t)``: what real torch prints (``torch._tensor_str._str_intern``'s dense case),
+    with plausible values, after a host sync."""
+    _host_read(self)
+    tensor_str = torch._tensor_str
+    prefix = "tensor("
+    suffixes = []
+    if (self.device.type != torch._C._get_default_device()
+            or (self.device.type == "cuda" and torch.cuda.current_device() != self.device.index)):
+        suffixes.append(f"device='{self.device}'")
+    default_dtypes = (torch.get_default_dtype(), torch.int64, torch.bool,
+                      torch.cdouble if torch.get_default_dtype() == torch.double else torch.cfloat)
+    if self.numel() == 0:
+        if self.dim() != 1:
+            suffixes.append(f"size={tuple(self.shape)}")
+        if self.dtype != torch.get_default_dtype():
+            suffixes.append(f"dtype={self.dtype}")
+        contents = "[]"
+    else:
+        if self.dtype not in default_dtypes:
+            suffixes.append(f"dtype={self.dtype}")
+        contents = tensor_str._tensor_str(_stand_in(self), len(prefix))
+    if self.grad_fn is not None:
+        suffixes.append(f"grad_fn=<{type(self.grad_fn).__name__}>")
+    elif self.requires_grad:
+        suffixes.append("requires_grad=True")
+    if tensor_contents is not None:
+        contents = tensor_contents
+    text = tensor_str._add_suffixes(prefix + contents, suffixes, len(prefix), force_newline=False)
+    if isinstance(self, torch.nn.Parameter):
+        text = f"Parameter containing:\n{text}"
+    return text
+
+
+def fake_tolist(self: torch.Tensor) -> Any:
+    """One host sync for the whole tensor (FakeTensor.tolist would sync per element)."""
+    _host_read(self)
+    return _stand_in(self).tolist()
+
+
+def fake_numpy(self: torch.Tensor, *, force: bool = False) -> np.ndarray:
+    """Plausible values; a CUDA tensor refuses exactly as real torch does."""
+    if self.device.type != "cpu" and not force:
+        raise TypeError(f"can't convert {self.device} device type tensor to numpy. Use "
+                        "Tensor.cpu() to copy the tensor to host memory first.")
+    _host_read(self)
+    return _stand_in(self).numpy(force=True).copy()
+
+
+def fake_reduce_ex(self: torch.Tensor, protocol: int) -> tuple[Any, tuple[Any, ...]]:
+    """``torch.save`` of a fake tensor writes a meta placeholder (dtype, shape, strides)."""
+    return (torch._utils._rebuild_meta_tensor_no_storage,
+            (self.dtype, tuple(self.shape), tuple(self.stride()), self.requires_grad))
+
+
+ThreadBootstrap = Callable[[threading.Thread], None]
+
+
+def bootstrap_thread_under_mode(original: ThreadBootstrap) -> ThreadBootstrap:
+    """Wrap ``Thread._bootstrap_inner`` so script threads run under the active mode.
+
+    Dispatch modes are thread-local: without this, a DataLoader pin-memory thread would make
+    real tensors and fail on 'cuda'.
+    """
+
+    @functools.wraps(original)
+    def bootstrap_inner(thread: threading.Thread) -> None:
+        mode = _active
+        with mode if mode is not None else contextlib.nullcontext():
+            original(thread)
+
+    return bootstrap_inner
+

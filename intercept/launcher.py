@@ -1,0 +1,411 @@
+"""Start the ranks of a live simulation the way ``torchrun`` would, without importing torch here.
+
+The coordinator (which holds ns-3 and never imports torch) creates a :class:`Launcher`:
+:meth:`Launcher.start` starts the *fork server*, a fresh Python child that prepares the fake
+CUDA device once (``intercept.device.prepare``: shim, ``import torch``, patches), installs the
+phantora process-group backend, and then forks one process per rank on request (torch imported
+once: less memory per rank, no per-rank import time). Rank processes run
+:func:`intercept.rank_main.run_rank`.
+
+Wiring:
+
+* one socketpair per rank, made here: the coordinator's ends are :attr:`Launcher.connections`
+  (``multiprocessing`` Connections carrying ``intercept.protocol`` messages), the other ends are
+  inherited by the fork server, which hands each to its rank;
+* a control socketpair to the fork server: spawn requests go down, ``spawned``/``exited``
+  reports come up (:meth:`Launcher.poll`, :attr:`Launcher.control` for ``connection.wait``);
+* every rank's stdout and stderr go to ``out_dir/ranks/rank<N>.log`` (:meth:`Launcher.tail`
+  follows one), the fork server's own to ``out_dir/ranks/fork_server.log``.
+
+No orphans: the fork server runs in its own session (Ctrl-C in the terminal reaches only the
+coordinator, which then calls :meth:`Launcher.close`), dies with the coordinator
+(``PR_SET_PDEATHSIG``, on which it kills its ranks first), and reaps every descendant (it is a
+child subreaper). Each rank is its own process group, so killing a rank kills its DataLoader
+workers too. :meth:`Launcher.close` asks the fork server to kill and reap everything, and falls
+back to ``SIGKILL`` on every process group it knows.
+"""
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import traceback
+import uuid
+from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from types import TracebackType
+
+from intercept.rank_main import LaunchSpec, run_rank
+from intercept.runtime import KernelDurationModel
+from phantora.cluster.catalogue import GpuSpec
+from phantora.errors import SimulationError
+
+READY_TIMEOUT_S = 300.0
+"""How long the fork server may take to import torch and build the shim (first run: g++)."""
+SHUTDOWN_TIMEOUT_S = 10.0
+"""How long :meth:`Launcher.close` waits for the fork server to reap the ranks."""
+
+ORPHAN_REAP_S = 2.0
+"""How long the fork server reaps orphans (a rank's killed workers) before it exits."""
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+@dataclass(frozen=True, slots=True)
+class RankExit:
+    """A rank process ended: ``returncode`` as ``subprocess`` reports it (``-N``: signal N)."""
+
+    rank: int
+    pid: int
+    returncode: int
+
+
+class LogTail:
+    """Follows a log file that another process writes: each :meth:`read_lines` returns the
+    complete lines added since the previous call (the coordinator echoes rank 0's live)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+        self._partial = b""
+
+    def read_lines(self) -> list[str]:
+        try:
+            with self.path.open("rb") as log:
+                log.seek(self._offset)
+                data = log.read()
+        except FileNotFoundError:
+            return []
+        self._offset += len(data)
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        return [line.decode(errors="replace") for line in lines]
+
+
+class Launcher:
+    """Runs ``script`` as ``world_size`` ranks, ``ranks_per_host`` per simulated host.
+
+    ``env``: the scenario's environment variables (torchrun's own are set on top). ``gpu``:
+    the simulated GPU model; ``gpus_per_host`` GPUs are visible per host (default
+    ``ranks_per_host``). ``fake_device=False`` skips the fake CUDA device (pure-Python scripts,
+    tests). ``epoch_ns`` is what every rank's ``time.time_ns()`` reads at virtual time 0
+    (default: now); ``op_cost_ns`` switches on reproducible mode (see ``intercept.clock``).
+    """
+
+    def __init__(self, script: str | Path, args: Sequence[str], env: Mapping[str, str],
+                 world_size: int, ranks_per_host: int, gpu: GpuSpec, out_dir: str | Path, *,
+                 gpus_per_host: int | None = None, fake_device: bool = True,
+                 epoch_ns: int | None = None, op_cost_ns: int | None = None,
+                 master_addr: str = "127.0.0.1", master_port: int = 29500) -> None:
+        if world_size < 1 or ranks_per_host < 1 or world_size % ranks_per_host:
+            raise ValueError(f"world_size ({world_size}) must be a positive multiple of "
+                             f"ranks_per_host ({ranks_per_host})")
+        if gpus_per_host is not None and gpus_per_host < ranks_per_host:
+            raise ValueError(f"ranks_per_host ({ranks_per_host}) exceeds gpus_per_host "
+                             f"({gpus_per_host}): one rank per GPU")
+        script = Path(script)
+        if not script.is_file():
+            raise FileNotFoundError(f"training script {script} does not exist")
+        self.spec = LaunchSpec(
+            script=script.resolve(), args=tuple(args), env=dict(env), world_size=world_size,
+            ranks_per_host=ranks_per_host, gpu=gpu,
+            gpus_per_host=gpus_per_host or ranks_per_host, out_dir=Path(out_dir).resolve(),
+            fake_device=fake_device, epoch_ns=time.time_ns() if epoch_ns is None else epoch_ns,
+            op_cost_ns=op_cost_ns, master_addr=master_addr, master_port=master_port,
+            run_id=uuid.uuid4().hex[:12])
+        self.connections: list[Connection] = []
+        """The coordinator's end of each rank's connection, indexed by rank."""
+        self.pids: dict[int, int] = {}
+        self.exits: dict[int, RankExit] = {}
+        """Ranks whose process has ended, as reported so far by :meth:`poll`."""
+        self.control: Connection | None = None
+        """The fork server's report channel: include it in ``connection.wait`` sets."""
+        self._server: subprocess.Popen[bytes] | None = None
+
+    def log_path(self, rank: int) -> Path:
+        return self.spec.log_path(rank)
+
+    def tail(self, rank: int = 0) -> LogTail:
+        """A follower of ``rank``'s log (the coordinator echoes rank 0 with a prefix)."""
+        return LogTail(self.log_path(rank))
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the fork server, wait until it is ready, fork every rank."""
+        if self._server is not None:
+            raise RuntimeError("the launcher was already started")
+        (self.spec.out_dir / "ranks").mkdir(parents=True, exist_ok=True)
+        rank_fds: dict[int, int] = {}
+        child_socks: list[socket.socket] = []
+        for rank in range(self.spec.world_size):
+            ours, theirs = socket.socketpair()
+            self.connections.append(Connection(ours.detach()))
+            rank_fds[rank] = theirs.fileno()
+            child_socks.append(theirs)
+        ours, theirs = socket.socketpair()
+        self.control = Connection(ours.detach())
+        child_socks.append(theirs)
+        server_log = (self.spec.out_dir / "ranks" / "fork_server.log").open("wb")
+        try:
+            self._server = subprocess.Popen(
+                [sys.executable, "-c", "from intercept.launcher import serve; "
+                 f"serve({theirs.fileno()}, {os.getpid()})"],
+                pass_fds=[s.fileno() for s in child_socks], start_new_session=True,
+                stdin=subprocess.DEVNULL, stdout=server_log, stderr=subprocess.STDOUT,
+                env=self._server_env())
+        finally:
+            server_log.close()
+            for sock in child_socks:
+                sock.close()
+        self.control.send(replace(self.spec, rank_fds=rank_fds))
+        self._await_ready()
+        for rank in range(self.spec.world_size):
+            self.control.send(("spawn", rank))
+        while len(self.pids) < self.spec.world_size:
+            self._handle(self._recv_control(READY_TIMEOUT_S))
+
+    def poll(self, timeout_s: float = 0.0) -> list[RankExit]:
+        """Read the fork server's reports (waiting up to ``timeout_s`` for the first); returns
+        the rank exits among them."""
+        assert self.control is not None, "start() first"
+        exits: list[RankExit] = []
+        while self.control.poll(timeout_s):
+            timeout_s = 0.0
+            try:
+                message = self.control.recv()
+            except EOFError:
+                break
+            exit_ = self._handle(message)
+            if exit_ is not None:
+                exits.append(exit_)
+        return exits
+
+    def close(self) -> None:
+        """Kill every rank still running, reap all processes, close the connections.
+
+        Safe to call more than once, and after a failed :meth:`start`.
+        """
+        server = self._server
+        if server is not None and server.poll() is None:
+            try:
+                assert self.control is not None
+                self.control.send(("shutdown",))
+                server.wait(SHUTDOWN_TIMEOUT_S)
+            except (OSError, subprocess.TimeoutExpired):
+                self._kill_groups([server.pid, *self.pids.values()])
+                server.wait()
+        for conn in [*self.connections, *([self.control] if self.control else [])]:
+            conn.close()
+        self.connections = []
+        self.control = None
+
+    def __enter__(self) -> "Launcher":
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    # -- internals ------------------------------------------------------------------------------
+    @staticmethod
+    def _server_env() -> dict[str, str]:
+        """The coordinator's environment, with this package importable and torch single-threaded
+        (fake execution has no use for an OpenMP pool, forking after one starts is unsafe, and
+        torchrun defaults to one thread per rank too)."""
+        root = str(Path(__file__).resolve().parent.parent)
+        path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+        return {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
+
+    def _await_ready(self) -> None:
+        message = self._recv_control(READY_TIMEOUT_S)
+        if message[0] == "failed":
+            _, error, text = message
+            self.close()
+            if error is None:
+                raise SimulationError(f"the fork server failed:\n{text}")
+            error.add_note(f"(raised in the fork server)\n{text}")
+            raise error
+        if message[0] != "ready":
+            raise SimulationError(f"unexpected message from the fork server: {message!r}")
+
+    def _recv_control(self, timeout_s: float) -> tuple:
+        assert self.control is not None and self._server is not None
+        if not self.control.poll(timeout_s):
+            self.close()
+            raise SimulationError(f"the fork server did not answer within {timeout_s:.0f} s; "
+                                  f"see {self.spec.out_dir / 'ranks' / 'fork_server.log'}")
+        try:
+            return self.control.recv()
+        except EOFError:
+            server = self._server
+            self.close()
+            raise SimulationError(
+                f"the fork server exited with status {server.returncode}; "
+                f"see {self.spec.out_dir / 'ranks' / 'fork_server.log'}") from None
+
+    def _handle(self, message: tuple) -> RankExit | None:
+        if message[0] == "spawned":
+            _, rank, pid = message
+            self.pids[rank] = pid
+            return None
+        if message[0] == "exited":
+            exit_ = RankExit(*message[1:])
+            self.exits[exit_.rank] = exit_
+            return exit_
+        raise SimulationError(f"unexpected message from the fork server: {message!r}")
+
+    @staticmethod
+    def _kill_groups(pgids: Sequence[int]) -> None:
+        for pgid in pgids:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+# -- the fork server (runs in its own interpreter: ``serve(control_fd)``) -------------------------
+class _ForkServer:
+    """Forks ranks on request, reaps every descendant, reports rank exits."""
+
+    def __init__(self, control: Connection, spec: LaunchSpec) -> None:
+        self.control = control
+        self.spec = spec
+        self.kernel_duration: KernelDurationModel | None = None
+        self.ranks: dict[int, int] = {}
+        """pid -> rank of ranks still running."""
+        self.pidfds: dict[int, int] = {}
+        """pid -> pidfd, readable once the rank has exited."""
+        self.patches = ExitStack()
+        """Patches the server installs for its lifetime and its ranks'."""
+        self.unspawned = dict(spec.rank_fds)
+        """rank -> connection fd, for ranks not forked yet."""
+
+    def prepare(self) -> None:
+        """Once for all ranks: the fake device, the process-group backend, the compute model."""
+        if not self.spec.fake_device:
+            return
+        from intercept import device
+        device.prepare(self.spec.gpu, self.spec.gpus_per_host)  # imports torch: not before
+        # FakeTensorMode() imports torch._dynamo on first use: ~1 s of CPU in every rank if
+        # the ranks had to do it after the fork.
+        import torch._dynamo  # noqa: F401
+
+        from intercept import process_group
+        from phantora.compute import kernel_duration_ns
+        self.patches.enter_context(process_group.installed())  # closed never: for good
+        self.kernel_duration = kernel_duration_ns
+
+    def spawn(self, rank: int) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        server_pid = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            # The rank keeps only its own connection.
+            for fd in [self.control.fileno(), *self.pidfds.values(),
+                       *(fd for other, fd in self.unspawned.items() if other != rank)]:
+                os.close(fd)
+            run_rank(self.spec, rank, self.kernel_duration, server_pid)  # never returns
+        # The rank makes itself a process group leader too; doing it here as well means that
+        # a kill_all() right after the fork cannot miss a rank that has not run yet.
+        os.setpgid(pid, pid)
+        os.close(self.unspawned.pop(rank))  # the rank holds it now: its death means EOF
+        self.ranks[pid] = rank
+        self.pidfds[pid] = os.pidfd_open(pid)
+        self._report(("spawned", rank, pid))
+
+    def reap(self, block: bool = False) -> None:
+        """Collect ended descendants (orphaned DataLoader workers too) and report ranks; with
+        ``block``, until no rank is left."""
+        while not block or self.ranks:
+            try:
+                pid, status = os.waitpid(-1, 0 if block else os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            rank = self.ranks.pop(pid, None)
+            if rank is not None:
+                os.close(self.pidfds.pop(pid))
+                self._report(("exited", rank, pid, os.waitstatus_to_exitcode(status)))
+
+    def kill_all(self) -> None:
+        """SIGKILL every rank's process group, reap them, then whatever else they left us."""
+        for pid in self.ranks:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.reap(block=True)
+        deadline = time.monotonic() + ORPHAN_REAP_S
+        while time.monotonic() < deadline:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                time.sleep(0.01)
+
+    def serve(self) -> None:
+        """Answer spawn requests and report exits until told to shut down (or the coordinator
+        closes the channel)."""
+        while True:
+            ready = wait([self.control, *self.pidfds.values()])
+            self.reap()
+            if self.control not in ready:
+                continue
+            try:
+                message = self.control.recv()
+            except EOFError:
+                break
+            if message[0] == "spawn":
+                self.spawn(message[1])
+            elif message[0] == "shutdown":
+                break
+        self.kill_all()
+
+    def _report(self, message: tuple) -> None:
+        try:
+            self.control.send(message)
+        except OSError:
+            pass  # the coordinator is gone; nobody to tell
+
+
+def serve(control_fd: int, coordinator_pid: int) -> None:
+    """Entry point of the fork server process (started by :meth:`Launcher.start`)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != coordinator_pid:
+        return  # the coordinator died before the prctl took effect
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
+    control = Connection(control_fd)
+    spec: LaunchSpec = control.recv()
+    server = _ForkServer(control, spec)
+
+    def on_coordinator_death(signum: int, frame: object) -> None:
+        server.kill_all()
+        os._exit(1)
+
+    signal.signal(signal.SIGTERM, on_coordinator_death)
+    try:
+        server.prepare()
+    except BaseException as exc:  # noqa: BLE001 - reported to the coordinator, which raises it
+        text = traceback.format_exc()
+        try:
+            control.send(("failed", exc, text))
+        except Exception:  # noqa: BLE001 - an exception that does not pickle
+            control.send(("failed", None, text))
+        return
+    control.send(("ready",))
+    server.serve()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # skip the interpreter's teardown of torch: nothing left to clean up

@@ -1,0 +1,595 @@
+"""Every patch that makes a CPU-only torch look like a host with CUDA GPUs of the scenario's kind.
+
+All patch points are in :data:`PATCHES`, one table, checked against torch
+:data:`TORCH_VERSION_CHECKED`. The C++ shim (``intercept.shim``, loaded before torch) provides
+the CUDA device guard and hooks underneath: devices, streams and events then work natively
+through ``torch.Stream``/``torch.Event``/``torch.accelerator``, and every stream or event
+operation reaches the simulator through the shim's callback. The patches cover what the CPU
+build's Python layer still refuses (``torch._C._cuda_*`` functions it lacks), what must report
+the simulated GPU (names, properties, memory), and what has no meaning without data.
+
+Rules:
+* a target must exist (a renamed torch function fails loudly instead of being silently
+  "patched" into an attribute nobody reads);
+* a module-level target is replaced under every module attribute bound to the same object
+  when :func:`install` runs (``torch.cuda.random`` has its own ``from . import current_device``),
+  so a patch holds however torch reaches the function;
+* functions get one object per target (dynamo keys handlers by function object and refuses a
+  second registration of the same one).
+
+Not patched on purpose: ``torch.cuda._is_compiled`` (dynamo would then import CUDA-only symbols
+of ``torch._C``), ``torch.version.cuda`` (stays None).
+"""
+
+import functools
+import importlib
+import sys
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.cuda.nvtx
+import torch.optim.optimizer
+import torch.utils._foreach_utils
+from torch._subclasses.fake_tensor import FakeTensor
+
+from intercept import fake_mode, shim
+from phantora.cluster.catalogue import GpuSpec
+from phantora.errors import SimulationError
+
+TORCH_VERSION_CHECKED = "2.13.0"
+DEFAULT_CUDA_SEED = 67280421310721
+"""What ``torch.cuda.initial_seed()`` reports before any seeding (c10's default seed)."""
+RUNNABLE_COMPILE_BACKENDS = frozenset({"eager", "aot_eager"})
+"""``torch.compile`` backends that run on fake tensors; inductor needs real buffers and Triton."""
+
+
+@dataclass(frozen=True)
+class DeviceProperties:
+    """What ``torch.cuda.get_device_properties()`` reports, from the GPU catalogue."""
+
+    name: str
+    major: int
+    minor: int
+    total_memory: int
+    multi_processor_count: int
+    uuid: str
+    warp_size: int = 32
+    is_integrated: int = 0
+    is_multi_gpu_board: int = 0
+
+    def __repr__(self) -> str:
+        return (f"_CudaDeviceProperties(name='{self.name}', major={self.major}, "
+                f"minor={self.minor}, total_memory={self.total_memory // 2**20}MB, "
+                f"multi_processor_count={self.multi_processor_count}, uuid={self.uuid})")
+
+
+@dataclass(frozen=True)
+class FakeDevices:
+    """The simulated devices of this process, as :func:`install` set them up."""
+
+    gpu: GpuSpec
+    device_count: int
+    memory: fake_mode.DeviceMemory
+
+    def properties(self, device: Any = None) -> DeviceProperties:
+        index = _index(device)
+        return DeviceProperties(
+            name=self.gpu.marketing_name, major=self.gpu.sm_arch // 10,
+            minor=self.gpu.sm_arch % 10, total_memory=self.gpu.memory_bytes,
+            multi_processor_count=self.gpu.sm_count,
+            uuid=f"GPU-00000000-0000-0000-0000-{index:012d}")
+
+
+_installed: FakeDevices | None = None
+_seed = DEFAULT_CUDA_SEED
+_compile_warned = False
+
+
+def installed() -> FakeDevices:
+    """The devices :func:`install` set up."""
+    if _installed is None:
+        raise SimulationError("the fake CUDA devices are not installed; call "
+                              "intercept.device.prepare() first")
+    return _installed
+
+
+def _index(device: Any = None) -> int:
+    """A CUDA device index that exists on the simulated host (None: the current device)."""
+    index = torch.cuda._utils._get_device_index(device, optional=True)
+    count = installed().device_count
+    if not 0 <= index < count:
+        raise RuntimeError(f"CUDA error: invalid device ordinal {index} "
+                           f"(the simulated host has {count} GPUs)")
+    return index
+
+
+# --- devices ----------------------------------------------------------------------------------
+
+def is_available() -> bool:
+    return True
+
+
+def is_initialized() -> bool:
+    return True
+
+
+def lazy_init() -> None:
+    """Nothing to initialise: the shim's hooks are always ready."""
+
+
+def init() -> None:
+    """``torch.cuda.init()``: nothing to initialise."""
+
+
+def device_count() -> int:
+    return installed().device_count
+
+
+def set_device(device: Any) -> None:
+    index = torch.cuda._utils._get_device_index(device)
+    if index >= 0:
+        shim.library().fakecuda_set_device(_index(index))
+
+
+def current_device() -> int:
+    return int(shim.library().fakecuda_current_device())
+
+
+def exchange_device(device: int) -> int:
+    """Make ``device`` current and return the previous one (-1 leaves it unchanged)."""
+    if device < 0:
+        return -1
+    previous = current_device()
+    set_device(device)
+    return previous
+
+
+def maybe_exchange_device(device: int) -> int:
+    return exchange_device(device)
+
+
+def get_device_properties(device: Any = None) -> DeviceProperties:
+    return installed().properties(device)
+
+
+def get_device_name(device: Any = None) -> str:
+    return installed().properties(device).name
+
+
+def get_device_capability(device: Any = None) -> tuple[int, int]:
+    properties = installed().properties(device)
+    return properties.major, properties.minor
+
+
+def get_arch_list() -> list[str]:
+    return [f"sm_{installed().gpu.sm_arch}"]
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    return installed().gpu.sm_arch >= 80  # BF16 tensor cores since Ampere
+
+
+def is_tf32_supported() -> bool:
+    return installed().gpu.sm_arch >= 80
+
+
+# --- streams, events, synchronisation ---------------------------------------------------------
+
+class Stream(torch.Stream):
+    """``torch.cuda.Stream``: a ``torch.Stream`` on a fake CUDA device.
+
+    ``wait_event``, ``wait_stream``, ``record_event``, ``query`` and ``synchronize`` are
+    torch.Stream's own, which the shim's device guard forwards to the simulator.
+    """
+
+    def __new__(cls, device: Any = None, priority: int = 0, **kwargs: Any) -> "Stream":
+        if "stream_id" in kwargs:  # wrapping an existing stream
+            return super().__new__(cls, **kwargs)
+        return super().__new__(cls, device=torch.device("cuda", _index(device)), priority=priority)
+
+    @property
+    def cuda_stream(self) -> int:
+        return self.stream_id
+
+
+class Event(torch.Event):
+    """``torch.cuda.Event``: record/wait/query/synchronize/elapsed_time reach the simulator;
+    ``elapsed_time`` is in milliseconds of virtual time."""
+
+    def __new__(cls, enable_timing: bool = False, blocking: bool = False,
+                interprocess: bool = False) -> "Event":
+        return super().__new__(cls, device="cuda", enable_timing=enable_timing,
+                               blocking=blocking, interprocess=interprocess)
+
+    def elapsed_time(self, end_event: torch.Event) -> float:
+        # torch.Event's own method refuses anything but an exact torch.Event as end_event.
+        if not (self.query() and end_event.query()):
+            raise RuntimeError("Both events must be completed before calculating elapsed time.")
+        return shim.elapsed_ms(self.event_id, end_event.event_id)
+
+
+def current_stream(device: Any = None) -> Stream:
+    stream = torch.accelerator.current_stream(_index(device))
+    return Stream(stream_id=stream.stream_id, device_index=stream.device_index,
+                  device_type=shim.CUDA_DEVICE_TYPE)
+
+
+def default_stream(device: Any = None) -> Stream:
+    return Stream(stream_id=0, device_index=_index(device), device_type=shim.CUDA_DEVICE_TYPE)
+
+
+def set_stream(stream: torch.Stream | None) -> None:
+    if stream is not None:
+        torch.accelerator.set_stream(stream)
+
+
+def synchronize(device: Any = None) -> None:
+    torch.accelerator.synchronize(_index(device))
+
+
+def is_current_stream_capturing() -> bool:
+    return False  # CUDA graphs are not simulated
+
+
+# --- memory (see intercept.fake_mode.DeviceMemory for what the counter models) ----------------
+
+def memory_stats_as_nested_dict(device: Any = None) -> dict[str, Any]:
+    return installed().memory.nested_stats(_index(device))
+
+
+def reset_peak_memory_stats(device: Any = None) -> None:
+    installed().memory.reset_peak(_index(device))
+
+
+def reset_accumulated_memory_stats(device: Any = None) -> None:
+    installed().memory.reset_accumulated(_index(device))
+
+
+def empty_cache() -> None:
+    installed().memory.empty_cache(current_device())
+
+
+def mem_get_info(device: Any = None) -> tuple[int, int]:
+    """``(free, total)`` bytes: what the simulated allocator has not reserved."""
+    memory = installed().memory
+    reserved = memory.stats(_index(device))["reserved"]
+    return memory.total_bytes - reserved, memory.total_bytes
+
+
+def accelerator_memory_stats(device_index: Any = None, /) -> dict[str, Any]:
+    return torch.cuda.memory_stats(device_index)
+
+
+def accelerator_reset_peak_memory_stats(device_index: Any = None, /) -> None:
+    reset_peak_memory_stats(device_index)
+
+
+def accelerator_reset_accumulated_memory_stats(device_index: Any = None, /) -> None:
+    reset_accumulated_memory_stats(device_index)
+
+
+def accelerator_empty_cache() -> None:
+    empty_cache()
+
+
+def accelerator_get_memory_info(device_index: Any = None, /) -> tuple[int, int]:
+    return mem_get_info(device_index)
+
+
+# --- random numbers: fake random ops produce no values; only the seed bookkeeping is kept ------
+
+def manual_seed(seed: int) -> None:
+    global _seed
+    _seed = int(seed)
+
+
+def manual_seed_all(seed: int) -> None:
+    manual_seed(seed)
+
+
+def seed() -> None:
+    manual_seed(torch.initial_seed())
+
+
+def seed_all() -> None:
+    seed()
+
+
+def initial_seed() -> int:
+    return _seed
+
+
+def get_rng_state(device: Any = "cuda") -> torch.Tensor:
+    """16 bytes like a CUDA generator's state: the seed, then a zero offset."""
+    with torch.utils._python_dispatch._disable_current_modes():
+        return torch.tensor([_seed, 0], dtype=torch.int64).view(torch.uint8)
+
+
+def get_rng_state_all() -> list[torch.Tensor]:
+    return [get_rng_state(i) for i in range(installed().device_count)]
+
+
+def set_rng_state(new_state: torch.Tensor, device: Any = "cuda") -> None:
+    with torch.utils._python_dispatch._disable_current_modes():
+        manual_seed(int(new_state.view(torch.int64)[0]))
+
+
+def set_rng_state_all(new_states: list[torch.Tensor]) -> None:
+    for state in new_states:
+        set_rng_state(state)
+
+
+class _NvtxStub:
+    """Stands in for ``torch._C._nvtx``: every NVTX call is a no-op returning 0."""
+
+    def __getattr__(self, name: str) -> Callable[..., int]:
+        return lambda *args, **kwargs: 0
+
+
+# --- tensors ----------------------------------------------------------------------------------
+
+def tensor_cuda(self: torch.Tensor, device: Any = None, non_blocking: bool = False,
+                memory_format: torch.memory_format = torch.preserve_format) -> torch.Tensor:
+    """``Tensor.cuda()``: the C++ binding asks for a real CUDA device; ``.to`` does not."""
+    return self.to(torch.device("cuda", _index(device)), non_blocking=non_blocking,
+                   memory_format=memory_format)
+
+
+def tensor_pin_memory(self: torch.Tensor, device: Any = None) -> torch.Tensor:
+    """Pinned host memory only speeds real copies up; a fake tensor has no pin_memory kernel."""
+    return self
+
+
+def swap_tensors_forgetting_memo(original: Callable[..., None]) -> Callable[..., None]:
+    """``Module.to('cuda')`` swaps fake parameters; swap_tensors refuses a tensor that has
+    weakrefs, and FakeTensorConverter's memo holds one to every converted tensor."""
+
+    @functools.wraps(original)
+    def swap_tensors(t1: torch.Tensor, t2: torch.Tensor) -> None:
+        for t in (t1, t2):
+            if isinstance(t, FakeTensor):
+                memo = t.fake_mode.fake_tensor_converter.tensor_memo
+                for key in [k for k, v in list(memo.items()) if v is t]:
+                    del memo[key]
+        original(t1, t2)
+
+    return swap_tensors
+
+
+def with_fake_tensor(original: list[type]) -> list[type]:
+    """Optimizers and clip_grad_norm_ only use foreach/fused kernels for types in this list
+    (else a per-parameter loop: 3x the kernels); DTensor adds itself the same way."""
+    return [*original, FakeTensor]
+
+
+def compile_with_runnable_backend(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch.compile`` runs with ``aot_eager``: inductor executes generated code on real
+    buffers. Recorded kernels are then the AOT graph's ops (fusion is not modelled yet)."""
+
+    @functools.wraps(original)
+    def compile(*args: Any, **kwargs: Any) -> Any:
+        global _compile_warned
+        backend = kwargs.get("backend") or "inductor"
+        if backend not in RUNNABLE_COMPILE_BACKENDS:
+            if not _compile_warned:
+                _compile_warned = True
+                warnings.warn(f"phantora: torch.compile backend {backend!r} replaced by "
+                              "'aot_eager' (fake GPUs cannot run generated kernels; fusion is "
+                              "not modelled)", RuntimeWarning, stacklevel=2)
+            kwargs.update(backend="aot_eager", mode=None, options=None)
+        return original(*args, **kwargs)
+
+    return compile
+
+
+# --- scaled dot-product attention -------------------------------------------------------------
+
+def sdpa_cuda(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+              attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0,
+              is_causal: bool = False, scale: float | None = None,
+              enable_gqa: bool = False) -> torch.Tensor:
+    """Pick the kernel a CUDA build picks: flash, else memory-efficient, else math.
+
+    A CPU build's composite SDPA only knows the math path (bmm, softmax, bmm) for 'cuda'.
+    NB: grouped-query attention is expanded with repeat_interleave (copies real kernels skip).
+    """
+    aten = torch.ops.aten
+    backends = torch.backends.cuda
+    if enable_gqa and key.size(-3) != query.size(-3):
+        repeats = query.size(-3) // key.size(-3)
+        key = key.repeat_interleave(repeats, -3)
+        value = value.repeat_interleave(repeats, -3)
+    four_d = query.dim() == 4
+    if (backends.flash_sdp_enabled() and four_d and attn_mask is None
+            and query.dtype in (torch.float16, torch.bfloat16) and query.size(-1) <= 256):
+        return aten._scaled_dot_product_flash_attention(
+            query, key, value, dropout_p, is_causal, False, scale=scale)[0]
+    if backends.mem_efficient_sdp_enabled() and four_d:
+        needs_logsumexp = torch.is_grad_enabled() and any(
+            t.requires_grad for t in (query, key, value))
+        return aten._scaled_dot_product_efficient_attention(
+            query, key, value, attn_mask, needs_logsumexp, dropout_p, is_causal, scale=scale)[0]
+    return aten._scaled_dot_product_attention_math(
+        query, key, value, attn_mask, dropout_p, is_causal, scale=scale)[0]
+
+
+# --- the table --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Patch:
+    """Replace the object at ``target`` (a dotted path) by ``new``."""
+
+    target: str
+    new: Any
+    reason: str
+
+
+@dataclass(frozen=True)
+class Wrap:
+    """Replace the object at ``target`` by ``wrapper(original)``."""
+
+    target: str
+    wrapper: Callable[[Any], Any]
+    reason: str
+
+
+@dataclass(frozen=True)
+class Register:
+    """Register ``kernel`` for the aten operator ``op`` at ``dispatch_key``."""
+
+    op: str
+    dispatch_key: str
+    kernel: Callable[..., Any]
+    reason: str
+
+
+_NO_CUDA = "the CPU build raises 'Torch not compiled with CUDA enabled'"
+_NO_C = "calls a torch._C._cuda_* function a CPU build lacks"
+_MEMORY = "reads the simulated allocator's counter"
+
+PATCHES: tuple[Patch | Wrap | Register, ...] = (
+    # devices
+    Patch("torch.cuda.is_available", is_available, "a CPU build reports False"),
+    Patch("torch.cuda.is_initialized", is_initialized, "gates memory stats and RNG calls"),
+    Patch("torch.cuda._lazy_init", lazy_init, _NO_CUDA),
+    Patch("torch.cuda.init", init, _NO_CUDA),
+    Patch("torch.cuda.device_count", device_count, "the scenario's GPUs per host"),
+    Patch("torch.cuda.set_device", set_device, _NO_C),
+    Patch("torch.cuda.current_device", current_device, _NO_CUDA),
+    Patch("torch.cuda._exchange_device", exchange_device, "torch.cuda.device(i); " + _NO_C),
+    Patch("torch.cuda._maybe_exchange_device", maybe_exchange_device, "torch.cuda.device exit"),
+    Patch("torch.cuda.get_device_properties", get_device_properties, "the catalogue GPU"),
+    Patch("torch.cuda.get_device_name", get_device_name, "the catalogue's marketing name"),
+    Patch("torch.cuda.get_device_capability", get_device_capability, "catalogue sm_arch"),
+    Patch("torch.cuda.get_arch_list", get_arch_list, "a CPU build returns []"),
+    Patch("torch.cuda.is_bf16_supported", is_bf16_supported, "a CPU build says False"),
+    Patch("torch.cuda.is_tf32_supported", is_tf32_supported, "a CPU build says False"),
+    # streams, events, synchronisation
+    Patch("torch.cuda.Stream", Stream, "the CPU build's class is a dummy that refuses to exist"),
+    Patch("torch.cuda.Event", Event, "the CPU build's class is a dummy that refuses to exist"),
+    Patch("torch.cuda.current_stream", current_stream, _NO_C),
+    Patch("torch.cuda.default_stream", default_stream, _NO_C),
+    Patch("torch.cuda.set_stream", set_stream, _NO_C),
+    Patch("torch.cuda.synchronize", synchronize, _NO_C + "; the host waits on the simulator"),
+    Patch("torch.cuda.is_current_stream_capturing", is_current_stream_capturing, _NO_C),
+    # memory
+    Patch("torch.cuda.memory.memory_stats_as_nested_dict", memory_stats_as_nested_dict,
+          _MEMORY + "; memory_allocated/max_memory_*/memory_stats/memory_summary build on it"),
+    Patch("torch.cuda.memory.reset_peak_memory_stats", reset_peak_memory_stats, _NO_C),
+    Patch("torch.cuda.memory.reset_accumulated_memory_stats", reset_accumulated_memory_stats,
+          _NO_C),
+    Patch("torch.cuda.memory.empty_cache", empty_cache, _MEMORY),
+    Patch("torch.cuda.memory.mem_get_info", mem_get_info, "calls cudart"),
+    Patch("torch.accelerator.memory.memory_stats", accelerator_memory_stats,
+          "the C++ device allocator of a CPU build asserts"),
+    Patch("torch.accelerator.memory.reset_peak_memory_stats",
+          accelerator_reset_peak_memory_stats, "no C++ device allocator"),
+    Patch("torch.accelerator.memory.reset_accumulated_memory_stats",
+          accelerator_reset_accumulated_memory_stats, "no C++ device allocator"),
+    Patch("torch.accelerator.memory.empty_cache", accelerator_empty_cache,
+          "no C++ device allocator"),
+    Patch("torch.accelerator.memory.get_memory_info", accelerator_get_memory_info,
+          "no C++ device allocator"),
+    # random numbers
+    Patch("torch.cuda.manual_seed", manual_seed, "no CUDA generators in a CPU build"),
+    Patch("torch.cuda.manual_seed_all", manual_seed_all, "torch.manual_seed calls it"),
+    Patch("torch.cuda.seed", seed, "no CUDA generators"),
+    Patch("torch.cuda.seed_all", seed_all, "no CUDA generators"),
+    Patch("torch.cuda.initial_seed", initial_seed, "no CUDA generators"),
+    Patch("torch.cuda.get_rng_state", get_rng_state, "checkpointing and fork_rng save it"),
+    Patch("torch.cuda.get_rng_state_all", get_rng_state_all, "no CUDA generators"),
+    Patch("torch.cuda.set_rng_state", set_rng_state, "checkpointing restores it"),
+    Patch("torch.cuda.set_rng_state_all", set_rng_state_all, "no CUDA generators"),
+    # profiling annotations
+    Patch("torch.cuda.nvtx._nvtx", _NvtxStub(), "a CPU build raises 'NVTX functions not "
+          "installed'"),
+    # tensors
+    Patch("torch.Tensor.cuda", tensor_cuda, "the binding needs a real device: 'Cannot access "
+          "accelerator device when none is available'"),
+    Patch("torch.Tensor.pin_memory", tensor_pin_memory, "NYI aten._pin_memory under fake"),
+    Patch("torch._subclasses.fake_tensor.FakeTensor.__format__", fake_mode.fake_format,
+          "Tensor.__format__ reads .item() only for exact torch.Tensor"),
+    Patch("torch._subclasses.fake_tensor.FakeTensor.__repr__", fake_mode.fake_repr,
+          "print(t) shows values like real torch, after a host sync"),
+    Patch("torch._subclasses.fake_tensor.FakeTensor.tolist", fake_mode.fake_tolist,
+          "one host sync instead of one per element"),
+    Patch("torch._subclasses.fake_tensor.FakeTensor.numpy", fake_mode.fake_numpy,
+          "would return uninitialised memory"),
+    Patch("torch._subclasses.fake_tensor.FakeTensor.__reduce_ex__", fake_mode.fake_reduce_ex,
+          "torch.save fails pickling the fake mode; writes meta placeholders instead"),
+    Wrap("torch.utils.swap_tensors", swap_tensors_forgetting_memo,
+         "Module.to('cuda'): 'Cannot swap t1 because it has weakref associated with it'"),
+    Wrap("torch.utils._foreach_utils._foreach_supported_types", with_fake_tensor,
+         "clip_grad_norm_ falls back to a per-tensor loop"),
+    Wrap("torch.optim.optimizer._foreach_supported_types", with_fake_tensor,
+         "optimizers fall back to a per-parameter loop"),
+    Register("scaled_dot_product_attention", "AutogradCUDA", sdpa_cuda,
+             "a CPU build only has the math path for 'cuda'"),
+    # compilation and threads
+    Wrap("torch.compile", compile_with_runnable_backend, "inductor needs real buffers + Triton"),
+    Wrap("threading.Thread._bootstrap_inner", fake_mode.bootstrap_thread_under_mode,
+         "dispatch modes are thread-local; script threads must make fake tensors too"),
+)
+
+_library: torch.library.Library | None = None  # keeps the Register kernels alive
+
+
+def install(gpu: GpuSpec, device_count: int) -> FakeDevices:
+    """Apply every patch for ``device_count`` GPUs of kind ``gpu``; once per process."""
+    global _installed, _library
+    if _installed is not None:
+        if (_installed.gpu, _installed.device_count) != (gpu, device_count):
+            raise SimulationError(f"fake CUDA devices already installed as "
+                                  f"{_installed.device_count} x {_installed.gpu.name}")
+        return _installed
+    if torch.__version__.split("+")[0] != TORCH_VERSION_CHECKED:
+        warnings.warn(f"phantora: torch {torch.__version__} is installed; the CUDA patches were "
+                      f"checked against {TORCH_VERSION_CHECKED}", RuntimeWarning, stacklevel=2)
+    if device_count < 1:
+        raise SimulationError(f"a simulated host needs at least one GPU, got {device_count}")
+    shim.library().fakecuda_set_device_count(device_count)
+    _installed = FakeDevices(gpu, device_count, fake_mode.DeviceMemory(gpu.memory_bytes))
+    replacements: dict[int, Any] = {}
+    for entry in PATCHES:
+        if isinstance(entry, Register):
+            _library = _library or torch.library.Library("aten", "IMPL")
+            _library.impl(entry.op, entry.kernel, entry.dispatch_key)
+            continue
+        owner, name = _resolve(entry.target)
+        original = getattr(owner, name)
+        new = entry.new if isinstance(entry, Patch) else entry.wrapper(original)
+        setattr(owner, name, new)
+        replacements[id(original)] = (original, new)
+    _rebind_copies(replacements)
+    shim.mark_cuda_initialized()
+    return _installed
+
+
+def _resolve(target: str) -> tuple[Any, str]:
+    """The object holding the attribute ``target`` names, and the attribute's name."""
+    path, name = target.rsplit(".", 1)
+    parts = path.split(".")
+    owner: Any = importlib.import_module(parts[0])
+    for i, part in enumerate(parts[1:], start=2):
+        # a submodule its package deletes from its namespace (torch.optim.optimizer)
+        owner = sys.modules.get(".".join(parts[:i])) or getattr(owner, part)
+    if not hasattr(owner, name):
+        raise SimulationError(f"patch target {target} does not exist in torch {torch.__version__} "
+                              f"(checked against {TORCH_VERSION_CHECKED})")
+    return owner, name
+
+
+def _rebind_copies(replacements: dict[int, tuple[Any, Any]]) -> None:
+    """Point every module attribute still bound to a patched original at its replacement."""
+    for module in list(sys.modules.values()):
+        namespace = getattr(module, "__dict__", None)
+        if namespace is None:
+            continue
+        for name, value in list(namespace.items()):
+            hit = replacements.get(id(value))
+            if hit is not None and hit[0] is value:
+                namespace[name] = hit[1]
+

@@ -1,0 +1,197 @@
+"""What runs in a forked rank process: the script, the way ``torchrun`` would run it.
+
+The fork server (``intercept.launcher``) forks and calls :func:`run_rank`, which never returns:
+
+1. becomes its own process group (so the launcher can kill it with every child it forks, e.g.
+   DataLoader workers) and dies with the fork server (``PR_SET_PDEATHSIG``);
+2. sends fds 1 and 2 to ``DIR/ranks/rank<N>.log`` (line-buffered, so the log can be tailed);
+3. sets the environment as torchrun does, ``sys.argv = [script, *args]``, the script's folder
+   first on ``sys.path``;
+4. creates the :class:`~intercept.runtime.RankRuntime` (clock, client, heartbeat), enters the
+   fake CUDA mode, patches ``time``;
+5. runs the script with ``runpy.run_path(script, run_name="__main__")``; then, as the interpreter
+   would, joins non-daemon threads and runs ``atexit`` handlers;
+6. sends the final batch with an :class:`~intercept.protocol.Exit` (status and, if the script
+   raised, the traceback it also prints to stderr) and leaves with ``os._exit``.
+"""
+
+import atexit
+import ctypes
+import os
+import runpy
+import signal
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from types import TracebackType
+
+from intercept.client import CoordinatorClient
+from intercept.clock import VirtualClock, patched_time
+from intercept.runtime import KernelDurationModel, RankRuntime
+from phantora.cluster.catalogue import GpuSpec
+
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchSpec:
+    """Everything a rank needs to start; built by the launcher, sent to the fork server."""
+
+    script: Path
+    args: tuple[str, ...]
+    env: dict[str, str]
+    """The scenario's variables, applied before torchrun's own."""
+    world_size: int
+    ranks_per_host: int
+    gpu: GpuSpec
+    gpus_per_host: int
+    out_dir: Path
+    fake_device: bool
+    """Prepare the fake CUDA device in the fork server and enter fake mode in every rank."""
+    epoch_ns: int
+    op_cost_ns: int | None
+    """Reproducible mode's fixed cost per intercepted op; ``None`` measures CPU time."""
+    master_addr: str
+    master_port: int
+    run_id: str
+    rank_fds: dict[int, int] = field(default_factory=dict)
+    """Rank -> the fd of its end of the coordinator connection (inherited by the fork server)."""
+
+    def log_path(self, rank: int) -> Path:
+        return self.out_dir / "ranks" / f"rank{rank}.log"
+
+    def rank_env(self, rank: int) -> dict[str, str]:
+        """The variables torchrun sets for ``rank`` (``torch.distributed.run``)."""
+        hosts = self.world_size // self.ranks_per_host
+        return {
+            "RANK": str(rank), "WORLD_SIZE": str(self.world_size),
+            "LOCAL_RANK": str(rank % self.ranks_per_host),
+            "LOCAL_WORLD_SIZE": str(self.ranks_per_host),
+            "GROUP_RANK": str(rank // self.ranks_per_host), "GROUP_WORLD_SIZE": str(hosts),
+            "ROLE_NAME": "default", "ROLE_RANK": str(rank), "ROLE_WORLD_SIZE": str(self.world_size),
+            "MASTER_ADDR": self.master_addr, "MASTER_PORT": str(self.master_port),
+            "TORCHELASTIC_RUN_ID": self.run_id, "TORCHELASTIC_RESTART_COUNT": "0",
+            "TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_USE_AGENT_STORE": "False",
+        }
+
+
+def _no_compute_model(name: str, flops: int, nbytes: int, gpu: GpuSpec) -> int:
+    raise RuntimeError(f"kernel {name} launched in a rank started without the fake device")
+
+
+def run_rank(spec: LaunchSpec, rank: int, kernel_duration: KernelDurationModel | None,
+             server_pid: int) -> None:
+    """Become rank ``rank`` and run the script (see the module docstring); never returns.
+
+    Called right after ``fork()`` in the fork server, whose pid is ``server_pid``.
+    """
+    status = 1
+    try:
+        _detach(server_pid)
+        _redirect_output(spec.log_path(rank))
+        status = _run(spec, rank, kernel_duration or _no_compute_model)
+    except BaseException:  # noqa: BLE001 - the rank must never return into the fork server
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(status)
+
+
+def _detach(server_pid: int) -> None:
+    """Own process group, die with the fork server, default signal handling."""
+    os.setpgid(0, 0)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != server_pid:  # the fork server died before the prctl took effect
+        os._exit(1)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _redirect_output(path: Path) -> None:
+    """fd 1 and 2 -> ``path`` (what the script prints, exactly), stdin from /dev/null."""
+    log_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    null_fd = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null_fd, 0)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    os.close(log_fd)
+    os.close(null_fd)
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    sys.stderr.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+
+
+def _run(spec: LaunchSpec, rank: int, kernel_duration: KernelDurationModel) -> int:
+    """Set up the rank, run the script, send the Exit; returns the exit status."""
+    os.environ.update(spec.env)
+    os.environ.update(spec.rank_env(rank))
+    script = spec.script.resolve()
+    sys.argv = [str(script), *spec.args]
+    sys.path[0] = str(script.parent)  # was "" (the fork server runs with -c), as python script.py
+    atexit._clear()  # the fork server's handlers are not the script's
+
+    clock = VirtualClock(epoch_ns=spec.epoch_ns, op_cost_ns=spec.op_cost_ns)
+    client = CoordinatorClient(Connection(spec.rank_fds[rank]), clock)
+    runtime = RankRuntime(rank=rank, world_size=spec.world_size,
+                          local_rank=rank % spec.ranks_per_host,
+                          local_world_size=spec.ranks_per_host, gpu=spec.gpu, clock=clock,
+                          client=client, kernel_duration=kernel_duration)
+    runtime.make_current()
+    client.start()
+    with patched_time(clock):
+        status, trace = _run_guarded(lambda: _enter_and_run(spec, str(script)))
+        for thread in threading.enumerate():
+            if not thread.daemon and thread is not threading.current_thread():
+                thread.join()
+        atexit._run_exitfuncs()
+    runtime.finish(status, trace)
+    return status
+
+
+def _enter_and_run(spec: LaunchSpec, script: str) -> None:
+    if spec.fake_device:
+        from intercept import device, process_group
+        device.enter_fake_mode(
+            on_functional_collective=process_group.handle_functional_collective)
+    runpy.run_path(script, run_name="__main__")
+
+
+def _run_guarded(main: Callable[[], object]) -> tuple[int, str]:
+    """Run ``main`` as the interpreter runs a script: ``(exit status, traceback text or "")``,
+    printing what the interpreter would print."""
+    try:
+        main()
+    except SystemExit as exc:
+        return _exit_status(exc.code), ""
+    except BaseException as exc:  # noqa: BLE001 - every failure of the script is reported
+        text = "".join(traceback.format_exception(type(exc), exc, _user_frames(exc.__traceback__)))
+        sys.stderr.write(text)
+        return 1, text
+    return 0, ""
+
+
+def _exit_status(code: object) -> int:
+    """``sys.exit(code)`` as the interpreter maps it: None -> 0, int -> itself, else printed, 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _user_frames(tb: TracebackType | None) -> TracebackType | None:
+    """Drop the leading frames of this module and ``runpy``: the traceback starts in the script,
+    as it would under ``python script.py``."""
+    ours = {__name__, runpy.__name__}
+    while tb is not None and tb.tb_frame.f_globals.get("__name__") in ours:
+        tb = tb.tb_next
+    return tb

@@ -1,0 +1,50 @@
+"""Which aten ops are memory-bound by nature, so a zero FLOP count is expected of them.
+
+The rank side counts FLOPs with ``torch.utils.flop_counter``'s formulas, which exist only for
+the matrix-product family (mm, addmm, bmm, baddbmm, convolution, attention). Every other
+kernel-launching op arrives with ``flops == 0``: the ops named here are then costed by the
+bytes they move (that is what bounds them on a GPU); any other name is an *unknown op*, still
+costed by its bytes but reported in the coverage so a formula or a measurement can be added.
+"""
+
+MEMORY_BOUND_OPS: frozenset[str] = frozenset({
+    # pointwise arithmetic, comparisons, activations and their backward kernels
+    "abs", "add", "addcdiv", "addcmul", "bitwise_and", "bitwise_not", "bitwise_or", "clamp",
+    "clamp_max", "clamp_min", "div", "eq", "exp", "fill", "ge", "gelu", "gelu_backward", "gt",
+    "isinf", "isnan", "le", "lerp", "log", "logical_and", "logical_not", "logical_or", "lt",
+    "masked_fill", "maximum", "minimum", "mul", "ne", "neg", "pow", "reciprocal", "relu",
+    "rsqrt", "sigmoid", "sigmoid_backward", "sign", "silu", "silu_backward", "sqrt", "sub",
+    "tanh", "tanh_backward", "threshold_backward", "where", "zero", "zeros", "ones",
+    "full", "arange", "sgn", "erf", "cos", "sin", "floor_divide", "remainder",
+    # copies, casts, layout changes and indexing
+    "_to_copy", "clone", "copy", "cat", "stack", "index", "index_put", "index_select",
+    "gather", "scatter", "scatter_add", "embedding", "embedding_dense_backward", "repeat",
+    "constant_pad_nd", "slice_backward", "select_backward", "masked_scatter", "_unsafe_view",
+    "tril", "triu", "flip", "roll",
+    # normalisation, softmax, losses, dropout, random fills
+    "native_layer_norm", "native_layer_norm_backward", "_fused_rms_norm",
+    "_fused_rms_norm_backward", "native_group_norm", "native_batch_norm",
+    "_softmax", "_softmax_backward_data", "_log_softmax", "_log_softmax_backward_data",
+    "nll_loss_forward", "nll_loss_backward", "nll_loss2d_forward", "nll_loss2d_backward",
+    "native_dropout", "native_dropout_backward", "bernoulli", "uniform", "normal",
+    "exponential", "random",
+    # reductions
+    "sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "norm",
+    "linalg_vector_norm", "var_mean", "var", "std", "cumsum", "all", "any", "topk", "sort",
+})
+"""Op names without the ``aten::`` namespace, overload or in-place ``_`` suffix."""
+
+MEMORY_BOUND_PREFIXES: tuple[str, ...] = ("_foreach_", "_fused_adam", "_fused_sgd")
+"""Optimizer kernels: multi-tensor loops that stream parameters, grads and states once."""
+
+
+def base_name(name: str) -> str:
+    """``"aten::add_.Tensor"`` -> ``"add"``: the op family a kernel belongs to."""
+    op = name.rsplit("::", 1)[-1].split(".", 1)[0]
+    return op[:-1] if op.endswith("_") and not op.endswith("__") else op
+
+
+def is_memory_bound(name: str) -> bool:
+    """Whether ``name`` is a known memory-bound op (its cost is the bytes it moves)."""
+    op = base_name(name)
+    return op in MEMORY_BOUND_OPS or op.startswith(MEMORY_BOUND_PREFIXES)

@@ -1,0 +1,515 @@
+"""The live coordinator: every rank's GPU work, its collectives and the network, kept in step.
+
+Ranks talk to the engine only through :mod:`intercept.protocol` messages over one
+``multiprocessing`` Connection each. The loop (``docs/live-simulation.md``):
+
+1. Receive batches. Each op goes on its rank's stream (:mod:`.streams`): kernel times follow at
+   once from stream order; a collective waits until every member's stream reaches it
+   (:mod:`.matching`), then is planned by the NCCL model and submitted to the shared
+   :class:`~phantora.engine.dag_runner.FlowScheduler` at its start time.
+2. Settle: advance the scheduler (and with it the network backend) one instant at a time, but
+   only strictly below the *safe horizon* = min over running ranks of their clock promise (a
+   querying rank counts with its query time; blocked and finished ranks promise nothing).
+   A collective's end releases the work queued behind it; a rank blocked in a sync is answered
+   as soon as the completion it waits for is known (:class:`~intercept.protocol.Reply`), and
+   counts as running again from that time on.
+3. If no rank is running and nothing is left to simulate while some rank is still blocked, that
+   is a deadlock: :class:`DeadlockError` with a report, at once, never a hang. A rank that
+   exits with a traceback raises :class:`RankCrashed`.
+
+Why the horizon is strict: a rank whose clock is ``t`` may still send an op at ``t``. Keeping
+the instant ``t`` unprocessed until then makes every run process the same instants with the
+same inputs, whatever the wall-clock interleaving of the ranks' messages (reproducible mode).
+The engine also rejects a rank that breaks its promise (an op earlier than its last clock), and
+the scheduler refuses to inject anything before the backend's clock: both raise
+:class:`SimulationError` instead of simulating a wrong past.
+"""
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from multiprocessing.connection import Connection, wait
+
+from intercept.protocol import (
+    Batch,
+    Collective,
+    EventRecord,
+    Kernel,
+    Reply,
+    StreamWait,
+    Sync,
+)
+from phantora.cluster.topology import Topology
+from phantora.collectives import (
+    DEFAULT_CALIBRATION,
+    Calibration,
+    CollectiveRequest,
+    FlowDag,
+    NcclConfig,
+    SystemInfo,
+    plan_collective,
+)
+from phantora.compute import Coverage
+from phantora.engine.dag_runner import FOREVER_NS, DagDone, FlowScheduler
+from phantora.engine.deadlock import deadlock_report
+from phantora.engine.matching import Matcher, PendingCollective
+from phantora.engine.streams import Completion, KernelSpan, RankDevice
+from phantora.errors import DeadlockError, RankCrashed, SimulationError
+from phantora.network.base import GpuId, NetworkBackend, NetworkStats
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveRecord:
+    """One collective as it ran (``summary.json``'s collectives table)."""
+
+    op: str
+    """As issued (``all_reduce``, ``barrier``, ...); ``send_recv`` for a matched send/recv."""
+    group: str
+    seq: int
+    bytes: int
+    """nccl-tests convention (all_gather: gathered output; all_to_allv: the largest row)."""
+    ranks: tuple[int, ...]
+    """Group ranks in group order; ``(src, dst)`` for send_recv."""
+    start_ns: int
+    """When the last member's stream reached it: the flows start here."""
+    end_ns: int
+    algorithm: str
+    protocol: str
+    channels: int
+    flows: int
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveSpan:
+    """One member's view of a collective on its stream (for the trace): from the moment its
+    stream reached it (waiting for the others included, as a real NCCL kernel spins) to the end."""
+
+    rank: int
+    stream: int
+    op: str
+    """The member's own op (``send`` or ``recv`` for p2p)."""
+    ready_ns: int
+    end_ns: int
+    record: CollectiveRecord
+
+
+@dataclass(frozen=True, slots=True)
+class BlockedSpan:
+    """A rank's CPU waiting in a host sync, in virtual time."""
+
+    rank: int
+    kind: str
+    """``device``, ``stream``, ``event`` or ``query``."""
+    target: int
+    start_ns: int
+    end_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkFlow:
+    """A flow as it ran (only when the engine records flows)."""
+
+    src: GpuId
+    dst: GpuId
+    nbytes: int
+    start_ns: int
+    end_ns: int
+    collective: str
+    """The collective it belongs to, e.g. ``all_reduce (group 'default', seq 3, 4096 bytes)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class RankResult:
+    rank: int
+    gpu: GpuId
+    clock_ns: int
+    """The rank's clock when its script ended."""
+    gpu_end_ns: int
+    """When its last GPU work ended."""
+    blocked_ns: int
+    """Virtual time its CPU spent waiting in host syncs."""
+    kernels: int
+    collectives: int
+
+
+@dataclass
+class LiveResult:
+    """Everything a live run produced, in a fixed order (two runs of the same inputs compare
+    equal)."""
+
+    ranks: list[RankResult]
+    collectives: list[CollectiveRecord]
+    kernels: list[KernelSpan]
+    collective_spans: list[CollectiveSpan]
+    blocked: list[BlockedSpan]
+    flows: list[NetworkFlow]
+    counts: dict[str, int]
+    """batches, heartbeats, ops, kernels, event_records, stream_waits, collective_ops,
+    syncs, queries, collectives (matched and run), flows."""
+    network: NetworkStats = field(default_factory=lambda: NetworkStats("none"))
+
+    @property
+    def simulated_ns(self) -> int:
+        """The end of the run: the last rank clock or GPU activity."""
+        return max((max(r.clock_ns, r.gpu_end_ns) for r in self.ranks), default=0)
+
+
+_BATCHES_PER_ROUND = 64
+"""Batches read from one rank before the engine simulates and answers the others."""
+
+_PLAN_CACHE_SIZE = 256
+"""Distinct collectives whose plans are kept (a DDP step has ~15, FSDP a few dozen)."""
+
+
+class _State(Enum):
+    RUNNING = "running"
+    BLOCKED = "blocked"
+    QUERYING = "querying"
+    FINISHED = "finished"
+
+
+class _Rank:
+    __slots__ = (
+        "blocked_ns",
+        "collectives",
+        "conn",
+        "device",
+        "gpu",
+        "promise_ns",
+        "rank",
+        "state",
+        "sync",
+        "token",
+    )
+
+    def __init__(self, rank: int, gpu: GpuId, conn: Connection, device: RankDevice) -> None:
+        self.rank = rank
+        self.gpu = gpu
+        self.conn = conn
+        self.device = device
+        self.state = _State.RUNNING
+        self.promise_ns = 0
+        """Running: nothing it sends later is earlier. Finished: its clock at exit."""
+        self.sync: Sync | None = None
+        """The sync it is blocked (or querying) in."""
+        self.token = 0
+        """Counts syncs, so a completion that fires after its sync was answered is ignored."""
+        self.blocked_ns = 0
+        self.collectives = 0
+
+
+class LiveEngine:
+    """Coordinates live ranks with the GPU model, the NCCL model and a network backend."""
+
+    def __init__(self, topology: Topology, system: SystemInfo, nccl: NcclConfig,
+                 backend: NetworkBackend, connections: Mapping[int, Connection],
+                 gpus_of_rank: Sequence[GpuId], *, calibration: Calibration = DEFAULT_CALIBRATION,
+                 coverage: Coverage | None = None, record_flows: bool = False) -> None:
+        """``connections[rank]`` is the coordinator's end of each rank's pipe;
+        ``gpus_of_rank[rank]`` the global GPU the rank drives; ``coverage`` (if given)
+        accumulates every kernel's cost source."""
+        world = len(gpus_of_rank)
+        if sorted(connections) != list(range(world)):
+            raise SimulationError(f"connections are for ranks {sorted(connections)}, but "
+                                  f"gpus_of_rank names {world} ranks (0..{world - 1})")
+        bad = [gpu for gpu in gpus_of_rank if not 0 <= gpu < topology.num_gpus]
+        if bad or len(set(gpus_of_rank)) != world:
+            raise SimulationError(f"gpus_of_rank {list(gpus_of_rank)} must name distinct GPUs "
+                                  f"of the topology's {topology.num_gpus}")
+        self._system = system
+        self._nccl = nccl
+        self._calibration = calibration
+        self._backend = backend
+        self._coverage = coverage
+        self._gpus = list(gpus_of_rank)
+        self._matcher = Matcher(self._start_collective)
+        self._scheduler = FlowScheduler(backend, record_flows=record_flows)
+        self._ranks = [_Rank(rank, self._gpus[rank], connections[rank],
+                             RankDevice(rank, self._matcher.issue)) for rank in range(world)]
+        self._by_conn = {rank.conn: rank for rank in self._ranks}
+        self._running: dict[int, tuple[PendingCollective, FlowDag]] = {}
+        self._plans: dict[CollectiveRequest, FlowDag] = {}
+        self._records: list[CollectiveRecord] = []
+        self._member_spans: list[CollectiveSpan] = []
+        self._blocked: list[BlockedSpan] = []
+        self._labels: dict[int, str] = {}
+        self._counts: Counter[str] = Counter()
+
+    def run(self) -> LiveResult:
+        """Serve the ranks until every one has exited; raises DeadlockError, RankCrashed."""
+        self._settle()
+        while any(rank.state is not _State.FINISHED for rank in self._ranks):
+            if not any(rank.state in (_State.RUNNING, _State.QUERYING) for rank in self._ranks):
+                raise DeadlockError(self._report("deadlock: every rank is blocked or has exited "
+                                                 "and nothing is left to simulate"))
+            self._receive()
+            self._settle()
+        if self._matcher.incomplete():
+            raise DeadlockError(self._report("every rank exited, but some collectives never "
+                                             "completed"))
+        return self._result()
+
+    # -- messages ---------------------------------------------------------------------------
+
+    def _receive(self) -> None:
+        """Ingest the batches that have arrived (a bounded number per rank, so a chatty rank
+        cannot hold up the others' replies), waiting for at least one."""
+        for conn in wait([rank.conn for rank in self._ranks if rank.state is not _State.FINISHED]):
+            rank = self._by_conn[conn]  # type: ignore[index]
+            for _ in range(_BATCHES_PER_ROUND):
+                if rank.state is _State.FINISHED or not rank.conn.poll():
+                    break
+                try:
+                    message = rank.conn.recv()
+                except (EOFError, OSError):
+                    raise RankCrashed(rank.rank, "the rank's process ended without an exit "
+                                                 "message (killed, or crashed in native code)"
+                                      ) from None
+                if not isinstance(message, Batch):
+                    raise SimulationError(f"rank {rank.rank} sent {type(message).__name__}; "
+                                          "expected a Batch")
+                self._ingest(rank, message)
+
+    def _ingest(self, rank: _Rank, batch: Batch) -> None:
+        counts = self._counts
+        counts["batches"] += 1
+        if not batch.ops and batch.sync is None and batch.exit is None:
+            counts["heartbeats"] += 1
+        if batch.exit is not None and (batch.exit.status != 0 or batch.exit.traceback):
+            raise RankCrashed(rank.rank, batch.exit.traceback
+                              or f"the script exited with status {batch.exit.status}")
+        if rank.state is not _State.RUNNING:
+            if batch.ops or batch.sync is not None or batch.exit is not None:
+                raise SimulationError(f"rank {rank.rank} sent ops while {rank.state.value} in "
+                                      f"{rank.sync}; a blocked rank may only send heartbeats")
+            return
+        if batch.clock_ns < rank.promise_ns:
+            raise SimulationError(f"rank {rank.rank}'s clock went back from {rank.promise_ns} ns "
+                                  f"to {batch.clock_ns} ns")
+        floor_ns = rank.promise_ns
+        for op in batch.ops:
+            if op.at_ns < floor_ns:
+                raise SimulationError(f"rank {rank.rank} sent {op} at {op.at_ns} ns, earlier than "
+                                      f"its clock had promised ({floor_ns} ns)")
+            floor_ns = op.at_ns
+            self._count_op(rank, op)
+            rank.device.apply(op)
+        rank.promise_ns = batch.clock_ns
+        if batch.exit is not None:
+            rank.state = _State.FINISHED
+        elif batch.sync is not None:
+            if batch.sync.at_ns < floor_ns:
+                raise SimulationError(f"rank {rank.rank} synced at {batch.sync.at_ns} ns, earlier "
+                                      f"than its clock had promised ({floor_ns} ns)")
+            self._sync(rank, batch.sync)
+
+    def _count_op(self, rank: _Rank, op: Kernel | EventRecord | StreamWait | Collective) -> None:
+        counts = self._counts
+        counts["ops"] += 1
+        if isinstance(op, Kernel):
+            counts["kernels"] += 1
+            if self._coverage is not None:
+                self._coverage.record(op.name, op.flops, op.bytes, op.duration_ns)
+        elif isinstance(op, EventRecord):
+            counts["event_records"] += 1
+        elif isinstance(op, StreamWait):
+            counts["stream_waits"] += 1
+        else:
+            counts["collective_ops"] += 1
+            rank.collectives += 1
+
+    def _reply(self, rank: _Rank, reply: Reply) -> None:
+        try:
+            rank.conn.send(reply)
+        except OSError:
+            raise RankCrashed(rank.rank, "the rank's process went away while it waited for a "
+                                         "reply") from None
+
+    # -- host syncs ---------------------------------------------------------------------------
+
+    def _sync(self, rank: _Rank, sync: Sync) -> None:
+        rank.token += 1
+        token = rank.token
+        device = rank.device
+        if sync.kind == "query":
+            self._counts["queries"] += 1
+            event = device.event(sync.target)
+            if event is None or event.time_ns is not None:
+                self._reply(rank, Reply(sync.at_ns, int(event is None
+                                                        or (event.time_ns or 0) <= sync.at_ns)))
+                return
+            rank.state, rank.sync = _State.QUERYING, sync
+            event.then(lambda time_ns: self._query_known(rank, token, time_ns))
+            return
+        self._counts["syncs"] += 1
+        if sync.kind == "device":
+            target = device.device_done()
+        elif sync.kind == "stream":
+            target = device.stream_done(sync.target)
+        elif sync.kind == "event":
+            target = device.event(sync.target) or Completion(sync.at_ns)
+        else:
+            raise SimulationError(f"rank {rank.rank} sent a sync of unknown kind {sync.kind!r}; "
+                                  "expected device, stream, event or query")
+        rank.sync = sync
+        if target.time_ns is not None:
+            self._answer(rank, target.time_ns)
+        else:
+            rank.state = _State.BLOCKED
+            target.then(lambda time_ns: self._wake(rank, token, time_ns))
+
+    def _wake(self, rank: _Rank, token: int, time_ns: int) -> None:
+        if rank.token == token and rank.state is _State.BLOCKED:
+            rank.state = _State.RUNNING
+            self._answer(rank, time_ns)
+
+    def _answer(self, rank: _Rank, time_ns: int) -> None:
+        """Release a sync: the rank's clock moves to ``max(clock, time_ns)``."""
+        sync = rank.sync
+        assert sync is not None
+        rank.promise_ns = max(rank.promise_ns, time_ns)
+        if time_ns > sync.at_ns:
+            rank.blocked_ns += time_ns - sync.at_ns
+            self._blocked.append(BlockedSpan(rank.rank, sync.kind, sync.target, sync.at_ns,
+                                             time_ns))
+        self._reply(rank, Reply(time_ns))
+
+    def _query_known(self, rank: _Rank, token: int, time_ns: int) -> None:
+        if rank.token == token and rank.state is _State.QUERYING:
+            assert rank.sync is not None
+            self._answer_query(rank, time_ns <= rank.sync.at_ns)
+
+    def _answer_query(self, rank: _Rank, completed: bool) -> None:
+        assert rank.sync is not None
+        rank.state = _State.RUNNING
+        self._reply(rank, Reply(rank.sync.at_ns, int(completed)))
+
+    def _answer_due_queries(self) -> bool:
+        """Queries whose time the simulation has reached without the event completing read 0
+        (NB: an event completing exactly at the query instant also reads as pending)."""
+        horizon_ns = self._horizon()
+        due = [rank for rank in self._ranks if rank.state is _State.QUERYING
+               and rank.sync is not None and rank.sync.at_ns <= horizon_ns]
+        for rank in due:
+            self._answer_query(rank, False)
+        return bool(due)
+
+    # -- simulation ---------------------------------------------------------------------------
+
+    def _horizon(self) -> int:
+        """Min over running ranks' promises (querying ranks at their query time)."""
+        horizon_ns = FOREVER_NS
+        for rank in self._ranks:
+            if rank.state is _State.RUNNING:
+                horizon_ns = min(horizon_ns, rank.promise_ns)
+            elif rank.state is _State.QUERYING and rank.sync is not None:
+                horizon_ns = min(horizon_ns, rank.sync.at_ns)
+        return horizon_ns
+
+    def _settle(self) -> None:
+        """Simulate everything below the horizon, answering syncs and queries on the way."""
+        while True:
+            self._process()
+            if not self._answer_due_queries():
+                return
+
+    def _process(self) -> None:
+        scheduler = self._scheduler
+        horizon_ns = self._horizon()
+        while True:
+            next_ns = scheduler.next_ns()
+            if next_ns is None or next_ns >= horizon_ns:
+                return
+            finished = scheduler.step(horizon_ns - 1)
+            if finished is None:
+                if horizon_ns >= FOREVER_NS:
+                    raise SimulationError("the network backend stalled: flows are pending but "
+                                          "none ever completes")
+                return
+            if finished:
+                for done in finished:
+                    self._finish_collective(done)
+                horizon_ns = self._horizon()  # only a finished collective can release a rank
+
+    def _start_collective(self, collective: PendingCollective) -> None:
+        """Every member is ready: plan it and hand it to the scheduler at its start time."""
+        request = collective.request(self._gpus)
+        dag = FlowDag(algorithm="local") if request is None else self._plan(request, collective)
+        ticket = self._scheduler.submit(dag, collective.start_ns, collective.key)
+        self._running[ticket] = (collective, dag)
+        self._labels[ticket] = collective.describe()
+
+    def _plan(self, request: CollectiveRequest, collective: PendingCollective) -> FlowDag:
+        """The NCCL model's DAG, cached: a training step repeats the same collectives (the
+        scheduler only reads a DAG, so one can run many times, even concurrently)."""
+        dag = self._plans.get(request)
+        if dag is None:
+            try:
+                dag = plan_collective(request, self._system, self._nccl,
+                                      calibration=self._calibration)
+            except ValueError as error:
+                raise SimulationError(f"{collective.describe()}: {error}") from None
+            if len(self._plans) >= _PLAN_CACHE_SIZE:
+                del self._plans[next(iter(self._plans))]  # the oldest
+            self._plans[request] = dag
+        return dag
+
+    def _finish_collective(self, done: DagDone) -> None:
+        collective, dag = self._running.pop(done.ticket)
+        self._matcher.finish(collective)
+        self._counts["collectives"] += 1
+        record = CollectiveRecord(collective.op_name, collective.group, collective.seq,
+                                  collective.nbytes, collective.ranks, collective.start_ns,
+                                  done.end_ns, dag.algorithm, dag.protocol, dag.channels,
+                                  len(dag.flows))
+        self._records.append(record)
+        for key in sorted(collective.members):
+            member = collective.members[key]
+            assert member.ready_ns is not None
+            self._member_spans.append(CollectiveSpan(member.rank, member.op.stream, member.op.op,
+                                                     member.ready_ns, done.end_ns, record))
+            member.done.resolve(done.end_ns)
+
+    # -- reports ----------------------------------------------------------------------------
+
+    def _report(self, headline: str) -> str:
+        lines = []
+        for rank in self._ranks:
+            if rank.state is _State.FINISHED:
+                line = f"rank {rank.rank}: exited at {rank.promise_ns} ns"
+            elif rank.state is _State.RUNNING:
+                line = f"rank {rank.rank}: running at {rank.promise_ns} ns"
+            else:
+                sync = rank.sync
+                assert sync is not None
+                what = "device" if sync.kind == "device" else f"{sync.kind} {sync.target}"
+                line = f"rank {rank.rank}: blocked since {sync.at_ns} ns in sync({what})"
+            blockers = rank.device.blockers()
+            if blockers:
+                line += "; " + "; ".join(blockers)
+            lines.append(line)
+        return deadlock_report(headline, lines, self._matcher.incomplete())
+
+    def _result(self) -> LiveResult:
+        ranks = [RankResult(rank.rank, rank.gpu, rank.promise_ns, rank.device.gpu_end_ns,
+                            rank.blocked_ns, rank.device.kernels, rank.collectives)
+                 for rank in self._ranks]
+        kernels = sorted((span for rank in self._ranks for span in rank.device.spans),
+                         key=lambda s: (s.rank, s.stream, s.start_ns, s.end_ns, s.name))
+        flows = [NetworkFlow(f.src, f.dst, f.nbytes, f.start_ns, f.end_ns, self._labels[f.ticket])
+                 for f in self._scheduler.flows]
+        counts = dict(sorted(self._counts.items()))
+        counts["flows"] = sum(record.flows for record in self._records)
+        return LiveResult(
+            ranks=ranks,
+            collectives=sorted(self._records, key=lambda r: (r.start_ns, r.end_ns, r.group,
+                                                             r.seq, r.ranks)),
+            kernels=kernels,
+            collective_spans=sorted(self._member_spans,
+                                    key=lambda s: (s.rank, s.stream, s.ready_ns, s.end_ns)),
+            blocked=sorted(self._blocked, key=lambda s: (s.rank, s.start_ns)),
+            flows=sorted(flows, key=lambda f: (f.start_ns, f.end_ns, f.src, f.dst, f.nbytes)),
+            counts=counts,
+            network=self._backend.stats(),
+        )

@@ -1,0 +1,223 @@
+"""Collective matching: the ranks' halves of one collective, found by ``(group, seq)``.
+
+Every member of a group issues the collective with the same ``(group, seq)`` (``seq`` counts
+the group's collectives on each rank); a ``send``/``recv`` pair is matched by
+``(group, src, dst, seq)``. The members must agree on what they run (op, group ranks, size,
+dtype, root): NCCL would hang or corrupt data otherwise, so a disagreement is reported at
+once, naming the ranks, op, group and seq. When every member's stream has reached the
+collective, the engine plans and starts it.
+
+Ops beyond NCCL's own set map onto the collective model as ProcessGroupNCCL runs them:
+``barrier`` is an all-reduce of the buffer it names (ProcessGroupNCCL all-reduces a one-element
+tensor); ``gather`` and ``scatter`` are grouped send/recv to/from the root (as an all_to_allv
+with one non-zero row or column; ``nbytes`` is the gathered/scattered total).
+"""
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from intercept.protocol import Collective
+from phantora.collectives import CollectiveOp, CollectiveRequest
+from phantora.engine.streams import Completion
+from phantora.errors import DeadlockError, SimulationError
+from phantora.network.base import GpuId
+
+P2P_OPS = ("send", "recv")
+_ALIASES: dict[str, CollectiveOp] = {"barrier": CollectiveOp.ALL_REDUCE,
+                                     "gather": CollectiveOp.ALL_TO_ALLV,
+                                     "scatter": CollectiveOp.ALL_TO_ALLV}
+_MODEL_OPS = {op.value: op for op in CollectiveOp if op is not CollectiveOp.SEND_RECV}
+KNOWN_OPS = (*sorted(_MODEL_OPS), *sorted(_ALIASES), *P2P_OPS)
+
+CollectiveKey = tuple[str, str, int, int, int]
+"""``("coll", group, 0, 0, seq)`` or ``("p2p", group, src, dst, seq)``: also the order in which
+collectives that start at the same instant enter the network (any fixed order would do)."""
+
+
+@dataclass(eq=False)
+class Member:
+    """One rank's share of a collective (the stream side's :class:`CollectivePort`)."""
+
+    rank: int
+    op: Collective
+    collective: "PendingCollective"
+    ready_ns: int | None = None
+    done: Completion = field(default_factory=Completion)
+
+    def ready(self, ready_ns: int) -> None:
+        self.ready_ns = ready_ns
+        self.collective.member_ready()
+
+    def describe(self) -> str:
+        return self.collective.describe()
+
+
+@dataclass(eq=False)
+class PendingCollective:
+    """A collective some members have issued; started once all are ready."""
+
+    key: CollectiveKey
+    expected: tuple[tuple[int, str], ...]
+    """(rank, role) of every member; role is ``send``/``recv`` for p2p, ``""`` otherwise."""
+    first: Collective
+    on_all_ready: Callable[["PendingCollective"], None]
+    members: dict[tuple[int, str], Member] = field(default_factory=dict)
+
+    @property
+    def p2p(self) -> bool:
+        return self.key[0] == "p2p"
+
+    @property
+    def group(self) -> str:
+        return self.key[1]
+
+    @property
+    def seq(self) -> int:
+        return self.key[4]
+
+    @property
+    def op_name(self) -> str:
+        return "send_recv" if self.p2p else self.first.op
+
+    @property
+    def nbytes(self) -> int:
+        if self.first.op == CollectiveOp.ALL_TO_ALLV.value:
+            return max((sum(m.op.splits or ()) for m in self.members.values()), default=0)
+        return self.first.nbytes
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        return self.first.ranks
+
+    def describe(self) -> str:
+        where = (f"group {self.group!r}, {self.ranks[0]} -> {self.ranks[1]}" if self.p2p
+                 else f"group {self.group!r}")
+        return f"{self.op_name} ({where}, seq {self.seq}, {self.nbytes} bytes)"
+
+    def issued_by(self) -> list[int]:
+        return sorted({rank for rank, _ in self.members})
+
+    def missing(self) -> list[int]:
+        return sorted({rank for rank, role in self.expected if (rank, role) not in self.members})
+
+    def not_ready(self) -> list[int]:
+        return sorted({m.rank for m in self.members.values() if m.ready_ns is None})
+
+    def member_ready(self) -> None:
+        if len(self.members) == len(self.expected) and not self.not_ready():
+            self.on_all_ready(self)
+
+    @property
+    def start_ns(self) -> int:
+        """When every member is ready (valid once they all are)."""
+        return max(m.ready_ns or 0 for m in self.members.values())
+
+    def request(self, gpus_of_rank: Sequence[GpuId]) -> CollectiveRequest | None:
+        """What the collective model plans; ``None`` for a rank's send to itself (a local copy)."""
+        first = self.first
+        gpus = [gpus_of_rank[rank] for rank in first.ranks]
+        try:
+            if self.p2p:
+                if gpus[0] == gpus[1]:
+                    return None
+                return CollectiveRequest.make(CollectiveOp.SEND_RECV, gpus, first.nbytes,
+                                              first.dtype_bytes)
+            op = _ALIASES.get(first.op) or _MODEL_OPS[first.op]
+            if first.op in ("gather", "scatter"):
+                return CollectiveRequest.make(op, gpus, 0, first.dtype_bytes,
+                                              splits=self._rooted_splits())
+            if op is CollectiveOp.ALL_TO_ALLV:
+                rows = [self.members[(rank, "")].op.splits or () for rank in first.ranks]
+                return CollectiveRequest.make(op, gpus, 0, first.dtype_bytes, splits=rows)
+            return CollectiveRequest.make(op, gpus, first.nbytes, first.dtype_bytes, first.root)
+        except ValueError as error:
+            raise SimulationError(f"{self.describe()}: {error}") from None
+
+    def _rooted_splits(self) -> list[list[int]]:
+        """gather: every group rank sends its share to the root; scatter: the reverse."""
+        n = len(self.first.ranks)
+        share = self.first.nbytes // n
+        root = self.first.root
+        if self.first.op == "gather":
+            return [[share if j == root else 0 for j in range(n)] for _ in range(n)]
+        return [[share if i == root else 0 for _ in range(n)] for i in range(n)]
+
+
+class Matcher:
+    """Pairs up the members of every collective and checks that they agree."""
+
+    def __init__(self, on_all_ready: Callable[[PendingCollective], None]) -> None:
+        self._on_all_ready = on_all_ready
+        self._pending: dict[CollectiveKey, PendingCollective] = {}
+
+    def issue(self, rank: int, op: Collective) -> Member:
+        """Register ``rank``'s share of ``op``; raises on a malformed or mismatched op."""
+        key, role, expected = _shape(rank, op)
+        pending = self._pending.get(key)
+        if pending is None:
+            pending = self._pending[key] = PendingCollective(key, expected, op,
+                                                             self._on_all_ready)
+        elif (rank, role) in pending.members:
+            raise SimulationError(f"rank {rank} issued {pending.describe()} twice")
+        else:
+            _check_agreement(pending, rank, op)
+        member = Member(rank, op, pending)
+        pending.members[(rank, role)] = member
+        return member
+
+    def finish(self, collective: PendingCollective) -> None:
+        del self._pending[collective.key]
+
+    def incomplete(self) -> list[PendingCollective]:
+        """Collectives issued but not finished, in key order."""
+        return [self._pending[key] for key in sorted(self._pending)]
+
+
+def _shape(rank: int, op: Collective) -> tuple[CollectiveKey, str, tuple[tuple[int, str], ...]]:
+    """The matching key, this rank's role and every member's (rank, role)."""
+    ranks = op.ranks
+    if op.op in P2P_OPS:
+        if len(ranks) != 2:
+            raise SimulationError(f"rank {rank}: {op.op} in group {op.group!r} seq {op.seq} has "
+                                  f"ranks {list(ranks)}; expected (src, dst)")
+        src, dst = ranks
+        if rank != (src if op.op == "send" else dst):
+            raise SimulationError(f"rank {rank} issued {op.op} {src} -> {dst} in group "
+                                  f"{op.group!r} seq {op.seq}, but it is not the "
+                                  f"{'sender' if op.op == 'send' else 'receiver'}")
+        return ("p2p", op.group, src, dst, op.seq), op.op, ((src, "send"), (dst, "recv"))
+    if op.op not in _MODEL_OPS and op.op not in _ALIASES:
+        raise SimulationError(f"rank {rank} issued unknown collective op {op.op!r} in group "
+                              f"{op.group!r} seq {op.seq}; known: {', '.join(KNOWN_OPS)}")
+    if rank not in ranks or len(set(ranks)) != len(ranks):
+        raise SimulationError(f"rank {rank} issued {op.op} in group {op.group!r} seq {op.seq} "
+                              f"with group ranks {list(ranks)}, which must hold each rank once "
+                              "and include the issuing rank")
+    if op.op == CollectiveOp.ALL_TO_ALLV.value and (op.splits is None
+                                                    or len(op.splits) != len(ranks)):
+        raise SimulationError(f"rank {rank} issued all_to_allv in group {op.group!r} seq "
+                              f"{op.seq} with splits {op.splits}; expected one byte count per "
+                              f"group rank ({len(ranks)})")
+    return ("coll", op.group, 0, 0, op.seq), "", tuple((r, "") for r in ranks)
+
+
+def _signature(op: Collective) -> str:
+    size = "" if op.op == CollectiveOp.ALL_TO_ALLV.value else f"{op.nbytes} bytes, "
+    root = f", root {op.root}" if op.op in ("broadcast", "reduce", "gather", "scatter") else ""
+    return f"{op.op} ({size}dtype {op.dtype_bytes} bytes, ranks {list(op.ranks)}{root})"
+
+
+def _check_agreement(pending: PendingCollective, rank: int, op: Collective) -> None:
+    first = pending.first
+    if _signature(first) == _signature(op) or (pending.p2p and op.nbytes == first.nbytes
+                                               and op.dtype_bytes == first.dtype_bytes):
+        return
+    other = next(iter(pending.members.values()))
+    where = (f"between ranks {first.ranks[0]} -> {first.ranks[1]} " if pending.p2p else "")
+    issued = "; ".join(f"rank {r} issued {_signature(o)}"
+                       for r, o in sorted([(other.rank, other.op), (rank, op)],
+                                          key=lambda pair: pair[0]))
+    raise DeadlockError(
+        f"collective mismatch in group {pending.group!r} {where}seq {pending.seq}: {issued}. "
+        "NCCL would hang here: every member must call the same collective with the same size, "
+        "dtype and group")

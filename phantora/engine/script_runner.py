@@ -1,0 +1,68 @@
+"""Runs a training-script scenario: launch the live ranks, coordinate them, collect results.
+
+The launcher (``intercept.launcher``) forks the ranks and owns their processes; the
+:class:`~phantora.engine.live.LiveEngine` answers them and drives the network. Rank 0's log is
+echoed live through ``echo`` from a small thread (the engine's loop never waits for it).
+Whatever happens - a crash, a deadlock, Ctrl-C - every rank process is gone when this returns.
+"""
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from intercept.launcher import Launcher
+from phantora.cluster.catalogue import GpuSpec
+from phantora.cluster.topology import Topology
+from phantora.collectives import NcclConfig, SystemInfo
+from phantora.compute import Coverage
+from phantora.engine.live import LiveEngine, LiveResult
+from phantora.network.base import NetworkBackend
+from phantora.scenario import ScriptWorkload, SimulationConfig
+
+REPRODUCIBLE_EPOCH_NS = 1_767_225_600 * 10**9
+"""What ``time.time()`` reads at virtual time 0 in reproducible mode: 2026-01-01T00:00:00Z."""
+_ECHO_PERIOD_S = 0.2
+
+
+def gpus_of_ranks(workload: ScriptWorkload, gpus_per_host: int) -> list[int]:
+    """Rank ``r`` drives local GPU ``r % nproc_per_node`` of host ``r // nproc_per_node``."""
+    return [(rank // workload.nproc_per_node) * gpus_per_host + rank % workload.nproc_per_node
+            for rank in range(workload.world_size)]
+
+
+def run_script(workload: ScriptWorkload, simulation: SimulationConfig, topology: Topology,
+               gpu: GpuSpec, nccl: NcclConfig, backend: NetworkBackend, out_dir: Path,
+               echo: Callable[[str], None]) -> tuple[LiveResult, Coverage]:
+    """Run the script on every rank to completion; raises DeadlockError / RankCrashed."""
+    coverage = Coverage(gpu)
+    launcher = Launcher(workload.script, workload.args, workload.env, workload.world_size,
+                        workload.nproc_per_node, gpu, out_dir,
+                        gpus_per_host=topology.gpus_per_host,
+                        epoch_ns=REPRODUCIBLE_EPOCH_NS if simulation.reproducible else None,
+                        op_cost_ns=simulation.cpu_time_per_op_ns if simulation.reproducible
+                        else None)
+    stop_echo = threading.Event()
+    with launcher:
+        tail = launcher.tail(0)
+        echo_thread = threading.Thread(target=_echo_lines, args=(tail.read_lines, echo, stop_echo),
+                                       daemon=True)
+        echo_thread.start()
+        try:
+            engine = LiveEngine(topology, SystemInfo.from_topology(topology, gpu), nccl, backend,
+                                dict(enumerate(launcher.connections)),
+                                gpus_of_ranks(workload, topology.gpus_per_host),
+                                coverage=coverage)
+            result = engine.run()
+        finally:
+            stop_echo.set()
+            echo_thread.join()
+            for line in tail.read_lines():
+                echo(line)
+    return result, coverage
+
+
+def _echo_lines(read_lines: Callable[[], list[str]], echo: Callable[[str], None],
+                stop: threading.Event) -> None:
+    while not stop.wait(_ECHO_PERIOD_S):
+        for line in read_lines():
+            echo(line)

@@ -1,0 +1,276 @@
+"""One rank's GPU as the engine sees it: CUDA streams (FIFO queues), events, completions.
+
+Semantics, as CUDA defines them:
+
+* Work on one stream runs in issue order; a kernel starts at ``max(launch time, the end of
+  the stream's previous work)`` and runs its duration.
+* ``event.record(stream)`` completes when everything queued on the stream before it has; a
+  later ``stream.wait_event(event)`` holds everything queued after it on that stream until the
+  event completes. The record a wait refers to is the latest one *in program order* (an event
+  can be re-recorded); waiting on a never-recorded event is a no-op.
+* A collective on a stream starts when the stream reaches it *and* every member's stream has
+  (the matcher decides that); the stream is busy until the collective ends.
+
+Most times are known the moment an op arrives (a kernel behind kernels); only work queued
+behind a collective waits for the network. A :class:`Completion` is such a GPU-side instant,
+*pending* until the engine learns its time, then fixed; streams park on pending ones.
+"""
+
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+from intercept.protocol import Collective, EventRecord, Kernel, Op, StreamWait
+from phantora.errors import SimulationError
+
+
+class Completion:
+    """An instant on a GPU timeline that may not be known yet; callbacks run when it is."""
+
+    __slots__ = ("_callbacks", "time_ns")
+
+    def __init__(self, time_ns: int | None = None) -> None:
+        self.time_ns = time_ns
+        self._callbacks: list[Callable[[int], None]] = []
+
+    @property
+    def done(self) -> bool:
+        return self.time_ns is not None
+
+    def then(self, callback: Callable[[int], None]) -> None:
+        """Call ``callback(time_ns)`` once the time is known (at once if it already is)."""
+        if self.time_ns is not None:
+            callback(self.time_ns)
+        else:
+            self._callbacks.append(callback)
+
+    def resolve(self, time_ns: int) -> None:
+        if self.time_ns is not None:
+            raise SimulationError(f"a GPU completion resolved twice ({self.time_ns} ns, then "
+                                  f"{time_ns} ns)")
+        self.time_ns = time_ns
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback(time_ns)
+
+
+def all_of(completions: Iterable[Completion]) -> Completion:
+    """A completion at the latest of ``completions`` (time 0 for none)."""
+    parts = list(completions)
+    pending = [part for part in parts if not part.done]
+    if not pending:
+        return Completion(max((part.time_ns or 0 for part in parts), default=0))
+    joined = Completion()
+    left = [len(pending)]
+
+    def one_done(_: int) -> None:
+        left[0] -= 1
+        if left[0] == 0:
+            joined.resolve(max(part.time_ns or 0 for part in parts))
+
+    for part in pending:
+        part.then(one_done)
+    return joined
+
+
+class CollectivePort(Protocol):
+    """A rank's share of a collective, as its stream sees it (made by the matcher)."""
+
+    done: Completion
+    """Resolved with the collective's end time."""
+
+    def ready(self, ready_ns: int) -> None:
+        """The stream reached the collective at ``ready_ns``."""
+        ...
+
+    def describe(self) -> str:
+        """E.g. ``all_reduce (group 'default', seq 3, 4096 bytes)``."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class KernelSpan:
+    """A kernel as it ran on the simulated GPU (for the trace)."""
+
+    rank: int
+    stream: int
+    name: str
+    start_ns: int
+    end_ns: int
+
+
+class _Item(Protocol):
+    def proceed(self, stream: "_Stream") -> Completion | None:
+        """Apply the item at the stream's head; return what it waits for, or ``None`` if done."""
+        ...
+
+    def describe(self) -> str:
+        ...
+
+
+class _KernelItem:
+    __slots__ = ("op",)
+
+    def __init__(self, op: Kernel) -> None:
+        self.op = op
+
+    def proceed(self, stream: "_Stream") -> None:
+        op = self.op
+        start_ns = max(op.at_ns, stream.free_ns)
+        stream.free_ns = start_ns + op.duration_ns
+        stream.device.spans.append(KernelSpan(stream.device.rank, stream.stream_id, op.name,
+                                              start_ns, stream.free_ns))
+        stream.device.kernels += 1
+
+    def describe(self) -> str:
+        return f"kernel {self.op.name}"
+
+
+class _RecordItem:
+    __slots__ = ("at_ns", "completion")
+
+    def __init__(self, at_ns: int, completion: Completion) -> None:
+        self.at_ns = at_ns
+        self.completion = completion
+
+    def proceed(self, stream: "_Stream") -> None:
+        self.completion.resolve(max(self.at_ns, stream.free_ns))
+
+    def describe(self) -> str:
+        return "an event record"
+
+
+class _WaitItem:
+    __slots__ = ("completion", "event", "recorded_on")
+
+    def __init__(self, event: int, recorded_on: int, completion: Completion) -> None:
+        self.event = event
+        self.recorded_on = recorded_on
+        self.completion = completion
+
+    def proceed(self, stream: "_Stream") -> Completion | None:
+        if self.completion.time_ns is None:
+            return self.completion
+        stream.free_ns = max(stream.free_ns, self.completion.time_ns)
+        return None
+
+    def describe(self) -> str:
+        return f"event {self.event} (recorded on stream {self.recorded_on})"
+
+
+class _CollectiveItem:
+    __slots__ = ("at_ns", "port", "reached")
+
+    def __init__(self, at_ns: int, port: CollectivePort) -> None:
+        self.at_ns = at_ns
+        self.port = port
+        self.reached = False
+
+    def proceed(self, stream: "_Stream") -> Completion | None:
+        if not self.reached:
+            self.reached = True
+            self.port.ready(max(self.at_ns, stream.free_ns))
+        done = self.port.done
+        if done.time_ns is None:
+            return done
+        stream.free_ns = max(stream.free_ns, done.time_ns)
+        return None
+
+    def describe(self) -> str:
+        return self.port.describe()
+
+
+class _Stream:
+    """A FIFO: the head item runs when everything before it has; ``free_ns`` is when the
+    work applied so far ends."""
+
+    __slots__ = ("device", "free_ns", "queue", "stream_id")
+
+    def __init__(self, device: "RankDevice", stream_id: int) -> None:
+        self.device = device
+        self.stream_id = stream_id
+        self.free_ns = 0
+        self.queue: deque[_Item] = deque()
+
+    def push(self, item: _Item) -> None:
+        self.queue.append(item)
+        if len(self.queue) == 1:
+            self._drain()
+
+    def _drain(self, _: int = 0) -> None:
+        queue = self.queue
+        while queue:
+            waiting_for = queue[0].proceed(self)
+            if waiting_for is not None:
+                waiting_for.then(self._drain)
+                return
+            queue.popleft()
+
+    def marker(self) -> Completion:
+        """Completes when everything queued so far has."""
+        if not self.queue:
+            return Completion(self.free_ns)
+        completion = Completion()
+        self.push(_RecordItem(0, completion))
+        return completion
+
+
+class RankDevice:
+    """The streams and events of one rank's GPU."""
+
+    def __init__(self, rank: int, issue: Callable[[int, Collective], CollectivePort]) -> None:
+        self.rank = rank
+        self._issue = issue
+        self._streams: dict[int, _Stream] = {}
+        self._events: dict[int, tuple[int, Completion]] = {}
+        """Event id -> (stream, completion) of its latest record in program order."""
+        self.spans: list[KernelSpan] = []
+        self.kernels = 0
+
+    def apply(self, op: Op) -> None:
+        """Queue one op (in the rank's program order)."""
+        if isinstance(op, Kernel):
+            self._stream(op.stream).push(_KernelItem(op))
+        elif isinstance(op, EventRecord):
+            completion = Completion()
+            self._events[op.event] = (op.stream, completion)
+            self._stream(op.stream).push(_RecordItem(op.at_ns, completion))
+        elif isinstance(op, StreamWait):
+            recorded = self._events.get(op.event)
+            if recorded is not None:
+                self._stream(op.stream).push(_WaitItem(op.event, *recorded))
+        elif isinstance(op, Collective):
+            self._stream(op.stream).push(_CollectiveItem(op.at_ns, self._issue(self.rank, op)))
+        else:
+            raise SimulationError(f"rank {self.rank} sent an unknown op {op!r}")
+
+    def event(self, event: int) -> Completion | None:
+        """The completion of the latest record of ``event``; ``None`` if never recorded."""
+        recorded = self._events.get(event)
+        return None if recorded is None else recorded[1]
+
+    def stream_done(self, stream: int) -> Completion:
+        """Completes when everything queued on ``stream`` so far has."""
+        return self._stream(stream).marker()
+
+    def device_done(self) -> Completion:
+        """Completes when everything queued on every stream so far has."""
+        return all_of(stream.marker() for stream in self._streams.values())
+
+    @property
+    def gpu_end_ns(self) -> int:
+        """When the work applied so far ends, over all streams."""
+        return max((stream.free_ns for stream in self._streams.values()), default=0)
+
+    def blockers(self) -> list[str]:
+        """What each stream with queued work waits for, e.g. for a deadlock report."""
+        return [f"stream {stream.stream_id} waits for {stream.queue[0].describe()}"
+                for stream in sorted(self._streams.values(), key=lambda s: s.stream_id)
+                if stream.queue]
+
+    def _stream(self, stream: int) -> _Stream:
+        found = self._streams.get(stream)
+        if found is None:
+            found = self._streams[stream] = _Stream(self, stream)
+        return found

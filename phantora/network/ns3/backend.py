@@ -1,0 +1,206 @@
+"""The packet-level network backend: inter-host flows simulated by ns-3 (DCTCP over ECMP).
+
+Each flow is a message on a persistent TCP connection keyed by ``(src, dst, tag)``, like an
+NCCL channel's connection. Connections open lazily: the first flow of a key creates the
+connection at the backend's current time, so that flow pays the 3-way handshake (one
+round trip, a few microseconds) and slow start from ``tcp_initial_cwnd_segments``; later
+flows reuse the open connection and its congestion window. Intra-host flows are refused:
+NVLink traffic belongs to another model.
+
+ns-3's simulator is a process-wide singleton, so only one backend may be open at a time;
+``close()`` destroys the simulation and a new backend may then be created.
+"""
+
+import atexit
+import time
+import weakref
+from typing import Any, Self
+
+from phantora.cluster.topology import Topology
+from phantora.errors import BackendError
+from phantora.network.base import FlowDone, FlowId, GpuId, NetworkStats
+from phantora.network.ns3 import loader
+from phantora.network.ns3.config import Ns3Config
+from phantora.network.ns3.fabric import (
+    Fabric,
+    build_fabric,
+    check_topology,
+    default_tcp_buffer_bytes,
+)
+from phantora.network.ns3.transport import configure_transport
+
+_MAX_TIME_NS = 2**62
+"""Far below ns-3's int64 nanosecond clock limit, far above any simulated run."""
+
+_open_backend: "weakref.ref[Ns3Backend] | None" = None
+
+
+class Ns3Backend:
+    """:class:`~phantora.network.base.NetworkBackend` backed by a packet-level ns-3 fabric."""
+
+    _closed: bool
+
+    def __init__(self, topology: Topology, config: Ns3Config | None = None) -> None:
+        global _open_backend
+        previous = _open_backend() if _open_backend is not None else None
+        if previous is not None and not previous._closed:
+            raise BackendError("another Ns3Backend is open in this process; close() it first "
+                               "(ns-3's simulator is one per process)")
+        self._closed = True  # until construction succeeds
+        setup_start = time.process_time()
+        self._config = config if config is not None else Ns3Config()
+        self._topology = topology
+        lib = loader.load()
+        self._ns3 = lib.ns3
+        self._ns3.Simulator.Destroy()  # also frees a backend that was dropped without close()
+        rng = self._ns3.RngSeedManager
+        rng.SetSeed(self._config.seed)
+        rng.SetRun(1)
+        rng.ResetNextStreamIndex()
+        check_topology(topology)
+        self._tcp_buffer_bytes = (self._config.tcp_buffer_bytes
+                                  if self._config.tcp_buffer_bytes is not None
+                                  else default_tcp_buffer_bytes(topology, self._config))
+        # Before the fabric: TCP's socket type is read when the internet stacks are installed.
+        configure_transport(self._ns3, self._config, self._tcp_buffer_bytes)
+        self._fabric: Fabric | None = build_fabric(lib.phantora, topology, self._config)
+        self._messages: Any = lib.phantora.MessageHelper()
+        self._log: Any = self._messages.GetLog()
+        self._stepper: Any = lib.phantora.SimulationStepper
+        self._stepper.Start()
+        self._connections: dict[tuple[GpuId, GpuId, int], int] = {}
+        self._next_flow_id: FlowId = 0
+        self._pending = 0
+        self._bytes = 0
+        self._run_cpu_s = 0.0
+        self._setup_cpu_s = time.process_time() - setup_start
+        self._final_stats: NetworkStats | None = None
+        self._closed = False
+        _open_backend = weakref.ref(self)
+
+    # -- NetworkBackend -------------------------------------------------------------------
+    def add_flow(self, src: GpuId, dst: GpuId, nbytes: int, start_ns: int, tag: int = 0) -> FlowId:
+        fabric = self._require_open()
+        now = self.now_ns()
+        for name, gpu in (("src", src), ("dst", dst)):
+            if gpu not in fabric.gpu_node:
+                raise BackendError(f"add_flow: {name}={gpu} is not a GPU with a NIC in topology "
+                                   f"{self._topology.name!r} (GPUs 0..{self._topology.num_gpus - 1})")
+        if self._topology.same_host(src, dst):
+            raise BackendError(f"add_flow: GPUs {src} and {dst} are on the same host; the ns-3 "
+                               "backend simulates inter-host flows only")
+        if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 1:
+            raise BackendError(f"add_flow: nbytes={nbytes!r}; expected an integer >= 1")
+        if isinstance(start_ns, bool) or not isinstance(start_ns, int) or start_ns > _MAX_TIME_NS:
+            raise BackendError(f"add_flow: start_ns={start_ns!r}; expected an integer <= "
+                               f"{_MAX_TIME_NS}")
+        if start_ns < now:
+            raise BackendError(f"add_flow: start_ns={start_ns} is before now_ns()={now}; "
+                               "flows cannot start in the past")
+        connection = self._connection(fabric, src, dst, tag)
+        flow_id = self._next_flow_id
+        self._next_flow_id += 1
+        self._messages.Send(connection, flow_id, nbytes, start_ns)
+        self._pending += 1
+        self._bytes += nbytes
+        return flow_id
+
+    def now_ns(self) -> int:
+        self._require_open()
+        return int(self._ns3.Simulator.Now().GetNanoSeconds())
+
+    def next_event_ns(self) -> int | None:
+        """The next ns-3 event's time (a completion cannot come earlier); ``None`` when idle."""
+        self._require_open()
+        if self._pending == 0:
+            return None
+        next_ns = int(self._stepper.NextEventNs())
+        if next_ns < 0:
+            raise self._stuck()
+        return next_ns
+
+    def advance_to(self, t_ns: int) -> list[FlowDone]:
+        self._require_open()
+        now = self.now_ns()
+        if isinstance(t_ns, bool) or not isinstance(t_ns, int) or not now <= t_ns <= _MAX_TIME_NS:
+            raise BackendError(f"advance_to: t_ns={t_ns!r}; expected an integer in "
+                               f"[now_ns()={now}, {_MAX_TIME_NS}]")
+        start = time.process_time()
+        self._stepper.RunUntil(t_ns, self._log)
+        done = [FlowDone(int(c.id), int(c.endNs)) for c in self._log.GetCompletions()]
+        self._log.Clear()
+        self._run_cpu_s += time.process_time() - start
+        self._pending -= len(done)
+        if self._pending and not done and self._stepper.NextEventNs() < 0:
+            raise self._stuck()
+        return done
+
+    def stats(self) -> NetworkStats:
+        if self._final_stats is not None:
+            return self._final_stats
+        fabric = self._require_open()
+        return NetworkStats(
+            backend="ns3",
+            flows=self._next_flow_id,
+            bytes=self._bytes,
+            extra={
+                "events": int(self._ns3.Simulator.GetEventCount()),
+                "data_packets": int(fabric.helper.GetDataPackets()),
+                "packet_hops": int(fabric.helper.GetPacketHops()),
+                "drops": int(fabric.helper.GetDrops()),
+                "ecn_marks": int(fabric.helper.GetEcnMarks()),
+                "completed_flows": self._next_flow_id - self._pending,
+                "connections": len(self._connections),
+                "tcp_buffer_bytes": self._tcp_buffer_bytes,
+                "simulated_ns": self.now_ns(),
+                "setup_cpu_s": round(self._setup_cpu_s, 3),
+                "run_cpu_s": round(self._run_cpu_s, 3),
+            },
+        )
+
+    def close(self) -> None:
+        """Destroy the ns-3 simulation; ``stats()`` keeps answering with the final counters."""
+        if self._closed:
+            return
+        self._final_stats = self.stats()
+        self._closed = True
+        self._ns3.Simulator.Destroy()
+        # Drop the C++ helpers now, while ns-3 is alive, not at interpreter teardown.
+        self._messages = self._log = self._fabric = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- internals ------------------------------------------------------------------------
+    def _require_open(self) -> Fabric:
+        if self._closed or self._fabric is None:
+            raise BackendError("this Ns3Backend is closed")
+        return self._fabric
+
+    def _stuck(self) -> BackendError:
+        return BackendError(f"{self._pending} flow(s) are pending but ns-3 has no events left; "
+                            "they can never complete")
+
+    def _connection(self, fabric: Fabric, src: GpuId, dst: GpuId, tag: int) -> int:
+        key = (src, dst, tag)
+        connection = self._connections.get(key)
+        if connection is None:
+            try:
+                connection = int(self._messages.AddConnection(
+                    fabric.helper.GetNode(fabric.gpu_node[src]),
+                    fabric.helper.GetNode(fabric.gpu_node[dst])))
+            except Exception as exc:  # cppyy turns the C++ std::length_error into this
+                raise BackendError(f"add_flow: cannot open connection {key}: {exc}") from exc
+            self._connections[key] = connection
+        return connection
+
+
+@atexit.register
+def _close_open_backend() -> None:
+    """Tear ns-3 down before the interpreter unloads its libraries."""
+    backend = _open_backend() if _open_backend is not None else None
+    if backend is not None:
+        backend.close()

@@ -1,0 +1,286 @@
+"""What the example training scripts share: flags, process setup, data, optimizer, the loop.
+
+Each script (``gpt_single.py``, ``gpt_ddp.py``, ``gpt_fsdp2.py``, ``gpt_tp.py``,
+``gpt_fsdp_tp.py``) only sets up its parallelism and then calls :func:`train`; everything
+else lives here once. Plain PyTorch: the same code runs under ``torchrun`` on real GPUs
+(NCCL, bf16) and on a CPU (gloo, fp32), and unmodified on phantora-ns3's simulated GPUs.
+"""
+
+import argparse
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, replace
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+from model import GPT, PRESETS, GPTConfig
+
+GradSync = Callable[[bool], AbstractContextManager[object]]
+"""Called once per micro-batch with "is this the last micro-batch of the step"; returns the
+context the micro-batch's forward and backward run in (DDP: ``no_sync`` until the last)."""
+
+
+def build_parser(description: str) -> argparse.ArgumentParser:
+    """The flags every example script takes; a script adds its own before parsing."""
+    parser = argparse.ArgumentParser(description=description,
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    model = parser.add_argument_group("model")
+    model.add_argument("--model", choices=sorted(PRESETS), default="tiny",
+                       help="size preset; the flags below override single fields")
+    model.add_argument("--n-layer", type=int)
+    model.add_argument("--n-head", type=int)
+    model.add_argument("--n-embd", type=int)
+    model.add_argument("--vocab-size", type=int)
+    model.add_argument("--seq-len", type=int, help="tokens per sample (default: block_size)")
+    train = parser.add_argument_group("training")
+    train.add_argument("--batch-size", type=int, default=4,
+                       help="micro-batch per data-parallel rank")
+    train.add_argument("--grad-accum", type=int, default=1, help="micro-batches per step")
+    train.add_argument("--steps", type=int, default=5)
+    train.add_argument("--lr", type=float, default=6e-4, help="peak learning rate")
+    train.add_argument("--warmup-steps", type=int, default=2)
+    train.add_argument("--weight-decay", type=float, default=0.1)
+    train.add_argument("--grad-clip", type=float, default=1.0)
+    train.add_argument("--optimizer", choices=["fused", "foreach", "for-loop"], default="fused",
+                       help="AdamW implementation")
+    train.add_argument("--dtype", choices=["bf16", "fp32"],
+                       help="compute dtype (default: bf16 on CUDA, fp32 on CPU)")
+    train.add_argument("--compile", action="store_true", help="torch.compile each block")
+    train.add_argument("--activation-checkpointing", action="store_true",
+                       help="recompute each block's activations in backward")
+    train.add_argument("--num-workers", type=int, default=2, help="DataLoader worker processes")
+    train.add_argument("--seed", type=int, default=1337)
+    return parser
+
+
+def model_config(args: argparse.Namespace) -> GPTConfig:
+    """The preset named by ``--model`` with the single-field flags applied."""
+    overrides = {"n_layer": args.n_layer, "n_head": args.n_head, "n_embd": args.n_embd,
+                 "vocab_size": args.vocab_size}
+    return replace(PRESETS[args.model], **{k: v for k, v in overrides.items() if v is not None})
+
+
+def seq_len(args: argparse.Namespace) -> int:
+    """Tokens per sample: ``--seq-len``, else the model's whole context."""
+    return args.seq_len or model_config(args).block_size
+
+
+def compute_dtype(args: argparse.Namespace, device: torch.device) -> torch.dtype:
+    """bf16 on GPUs unless told otherwise; fp32 on a CPU, where bf16 matmuls are slow."""
+    name = args.dtype or ("bf16" if device.type == "cuda" else "fp32")
+    return torch.bfloat16 if name == "bf16" else torch.float32
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Where this process runs, as torchrun told it."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def init_single() -> Launch:
+    """One process, one device: the first GPU, or the CPU where there is none."""
+    device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    return Launch(rank=0, world_size=1, local_rank=0, device=device)
+
+
+def init_distributed() -> Launch:
+    """Join the job torchrun started: NCCL on GPUs (one per local rank), gloo on a CPU."""
+    if "RANK" not in os.environ:
+        raise SystemExit("launch with torchrun, e.g. torchrun --nproc_per_node 2 "
+                         f"{os.path.basename(sys.argv[0])}")
+    local_rank = int(os.environ["LOCAL_RANK"])
+    if torch.cuda.is_available():
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl")
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo")
+    return Launch(rank=dist.get_rank(), world_size=dist.get_world_size(),
+                  local_rank=local_rank, device=device)
+
+
+def close_distributed() -> None:
+    """Leave the job. The barrier first: without it a gloo rank that tears its connections
+    down while a peer is still finishing sometimes aborts the peer (seen with 8 CPU ranks)."""
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+class RandomTokens(Dataset[tuple[torch.Tensor, torch.Tensor]]):
+    """Uniformly random token sequences, the same for a given index on every run."""
+
+    def __init__(self, num_samples: int, seq_len: int, vocab_size: int, seed: int) -> None:
+        self.num_samples, self.seq_len, self.vocab_size, self.seed = (num_samples, seq_len,
+                                                                      vocab_size, seed)
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        generator = torch.Generator().manual_seed(self.seed + index)
+        tokens = torch.randint(self.vocab_size, (self.seq_len + 1,), generator=generator)
+        return tokens[:-1], tokens[1:]
+
+
+def make_loader(args: argparse.Namespace, config: GPTConfig, launch: Launch, *,
+                dp_rank: int, dp_size: int) -> DataLoader[tuple[torch.Tensor, torch.Tensor]]:
+    """Exactly ``steps x grad_accum`` micro-batches for this data-parallel rank.
+
+    Ranks that hold the same data-parallel rank (tensor-parallel peers) get the same batches.
+    """
+    micro_batches = args.steps * args.grad_accum
+    dataset = RandomTokens(micro_batches * args.batch_size * dp_size, seq_len(args),
+                           config.vocab_size, args.seed)
+    sampler: DistributedSampler[tuple[torch.Tensor, torch.Tensor]] = DistributedSampler(
+        dataset, num_replicas=dp_size, rank=dp_rank, seed=args.seed)
+    return DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, drop_last=True,
+                      num_workers=args.num_workers, pin_memory=launch.device.type == "cuda")
+
+
+def make_optimizer(model: nn.Module, args: argparse.Namespace) -> torch.optim.AdamW:
+    """AdamW as nanoGPT sets it up: weight decay on matrices only."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": args.weight_decay},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    implementation = {"fused": {"fused": True}, "foreach": {"foreach": True},
+                      "for-loop": {"foreach": False}}[args.optimizer]
+    return torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95), eps=1e-8, **implementation)
+
+
+def apply_activation_checkpointing(model: GPT) -> None:
+    """Wrap every block so its activations are recomputed in backward (before FSDP wraps it)."""
+    for index, block in enumerate(model.transformer.h):
+        model.transformer.h[index] = checkpoint_wrapper(block)
+
+
+def compile_blocks(model: GPT) -> None:
+    """``torch.compile`` each block in place, so DDP, FSDP and TP see the same module tree."""
+    for block in model.transformer.h:
+        block.compile()
+
+
+def lr_at(step: int, args: argparse.Namespace) -> float:
+    """Linear warm-up, then cosine decay to a tenth of the peak at the last step (nanoGPT)."""
+    if step < args.warmup_steps:
+        return args.lr * (step + 1) / args.warmup_steps
+    progress = (step - args.warmup_steps) / max(1, args.steps - 1 - args.warmup_steps)
+    min_lr = args.lr / 10
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0))) * (args.lr - min_lr)
+
+
+def _full(tensor: torch.Tensor) -> torch.Tensor:
+    """A plain tensor from a DTensor (tensor-parallel loss, gradient norm), else the tensor.
+
+    Duck-typed so that scripts without DTensors never import ``torch.distributed.tensor``
+    (half a second of CPU per process)."""
+    full_tensor = getattr(tensor, "full_tensor", None)
+    return full_tensor() if full_tensor is not None else tensor
+
+
+class StepTimer:
+    """Wall time of a step by ``time.perf_counter``; on a GPU also by CUDA events."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.on_gpu = device.type == "cuda"
+        if self.on_gpu:
+            self.start_event = torch.cuda.Event(enable_timing=True)
+            self.end_event = torch.cuda.Event(enable_timing=True)
+        self.start_s = 0.0
+
+    def start(self) -> None:
+        self.start_s = time.perf_counter()
+        if self.on_gpu:
+            self.start_event.record()
+
+    def stop(self) -> tuple[float, float | None]:
+        """Wait for the GPU; return (wall ms, GPU ms or None on a CPU)."""
+        if self.on_gpu:
+            self.end_event.record()
+            torch.cuda.synchronize()
+        wall_ms = (time.perf_counter() - self.start_s) * 1e3
+        return wall_ms, self.start_event.elapsed_time(self.end_event) if self.on_gpu else None
+
+
+def _always_sync(is_last: bool) -> AbstractContextManager[object]:
+    return nullcontext()
+
+
+def train(model: nn.Module, optimizer: torch.optim.Optimizer,
+          loader: DataLoader[tuple[torch.Tensor, torch.Tensor]], args: argparse.Namespace,
+          launch: Launch, *, flops_per_token: int, dp_size: int = 1,
+          dp_group: dist.ProcessGroup | None = None, autocast_dtype: torch.dtype | None = None,
+          grad_sync: GradSync = _always_sync,
+          loss_context: Callable[[], AbstractContextManager[object]] = nullcontext) -> None:
+    """The training loop: ``args.steps`` steps of ``args.grad_accum`` micro-batches each.
+
+    Rank 0 prints one line per step (loss averaged over data-parallel ranks, gradient norm,
+    learning rate, step time, tokens/s, model TFLOP/s per GPU); every rank prints its peak
+    GPU memory at the end. ``autocast_dtype``: run forward under ``torch.autocast`` (not with
+    FSDP, whose MixedPrecisionPolicy casts instead). ``loss_context`` wraps forward and
+    backward (tensor parallelism's ``loss_parallel``).
+    """
+    device = launch.device
+    autocast = (torch.autocast(device.type, dtype=autocast_dtype)
+                if autocast_dtype not in (None, torch.float32) else nullcontext())
+    tokens_per_step = args.batch_size * seq_len(args) * args.grad_accum * dp_size
+    batches: Iterator[tuple[torch.Tensor, torch.Tensor]] = iter(loader)
+    timer = StepTimer(device)
+    step_ms: list[float] = []
+    for step in range(args.steps):
+        lr = lr_at(step, args)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        timer.start()
+        loss_sum = torch.zeros((), device=device)
+        for micro in range(args.grad_accum):
+            inputs, targets = next(batches)
+            inputs = inputs.to(device, non_blocking=True)
+            targets = targets.to(device, non_blocking=True)
+            with grad_sync(micro == args.grad_accum - 1), loss_context():
+                with autocast:
+                    _, loss = model(inputs, targets)
+                loss = loss / args.grad_accum
+                loss.backward()
+            loss_sum += _full(loss.detach())
+        norm = nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if dp_size > 1:
+            dist.all_reduce(loss_sum, op=dist.ReduceOp.AVG, group=dp_group)
+        wall_ms, gpu_ms = timer.stop()
+        step_ms.append(wall_ms)
+        if launch.is_main:
+            gpu = f" (gpu {gpu_ms:.2f} ms)" if gpu_ms is not None else ""
+            tflops = flops_per_token * tokens_per_step / (wall_ms / 1e3) / launch.world_size / 1e12
+            print(f"step {step + 1}/{args.steps} | loss {loss_sum.item():.4f} | "
+                  f"norm {_full(norm).item():.4f} | lr {lr:.2e} | {wall_ms:.2f} ms{gpu} | "
+                  f"{tokens_per_step / (wall_ms / 1e3):,.0f} tok/s | "
+                  f"{tflops:.2f} TFLOP/s/GPU", flush=True)
+    if launch.is_main and len(step_ms) > 1:
+        mean_ms = sum(step_ms[1:]) / len(step_ms[1:])
+        print(f"mean of steps 2-{len(step_ms)}: {mean_ms:.2f} ms/step, "
+              f"{tokens_per_step / (mean_ms / 1e3):,.0f} tok/s", flush=True)
+    if device.type == "cuda":
+        peak = f"{torch.cuda.max_memory_allocated(device) / 2**30:.3f} GiB"
+    else:
+        peak = "n/a on cpu"
+    print(f"rank {launch.rank}: max_memory_allocated {peak}", flush=True)

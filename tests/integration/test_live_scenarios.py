@@ -1,0 +1,49 @@
+"""Every bundled training-script scenario runs on the simulator through the CLI and leaves
+``summary.json``, ``trace.json`` and one log per rank that show the script ran on (simulated)
+GPUs: CUDA events timed its steps, GPU memory was counted, kernels and collectives were traced.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from phantora.cli import main
+from tests.integration.live_examples import (ExampleScenario, example_scenarios, parse_steps,
+                                             peak_memory_line)
+
+LIVE_PATH_PENDING = pytest.mark.xfail(reason="live path not landed", strict=False)
+
+
+@LIVE_PATH_PENDING
+@pytest.mark.parametrize("example", example_scenarios(), ids=lambda e: e.name)
+def test_example_scenario_runs_live(example: ExampleScenario, tmp_path: Path) -> None:
+    assert main([str(example.path), "--out", str(tmp_path)]) == 0
+
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["schema_version"] == 1
+    assert summary["simulated_ns"] > 0
+
+    logs = [(tmp_path / "ranks" / f"rank{rank}.log").read_text()
+            for rank in range(example.world_size)]
+    steps = parse_steps(logs[0])
+    expected_steps = int(example.args[example.args.index("--steps") + 1])
+    assert [s.step for s in steps] == list(range(1, expected_steps + 1))
+    for step in steps:
+        assert step.gpu_ms is not None and step.gpu_ms > 0, "CUDA events must time the step"
+        assert step.wall_ms > 0
+    # the script's perf_counter reads virtual time, which the run as a whole covers
+    assert sum(s.wall_ms for s in steps) * 1e6 <= summary["simulated_ns"]
+    for rank, log in enumerate(logs):
+        peak = peak_memory_line(log, rank)
+        assert peak is not None and peak.endswith(" GiB") and float(peak.split()[0]) > 0, (
+            f"rank {rank} saw no GPU memory: {peak!r}")
+
+    events = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    kernels = [e for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"]
+    assert {e["pid"] for e in kernels} == set(range(example.world_size)), "kernels of every rank"
+    assert {"aten::mm", "aten::addmm"} & {e["name"] for e in kernels}, "kernels by aten name"
+    if example.world_size > 1:
+        collectives = [e for e in events if e.get("ph") == "X" and e.get("cat") == "collective"]
+        assert collectives and all(e["args"]["bytes"] > 0 for e in collectives)
+        assert {e["pid"] for e in collectives} == set(range(example.world_size))

@@ -1,0 +1,140 @@
+"""Run a snippet on the fake GPU in a fresh interpreter, with a stand-in runtime.
+
+The shim must be loaded before torch is imported, and pytest may already have imported torch,
+so every device test runs its code in a new ``python -c`` and gets back JSON: what the snippet
+put in ``result``, what the stand-in runtime recorded, and what it printed.
+"""
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+LAUNCH_OVERHEAD_NS = 5_000
+"""Stand-in clock advance per kernel launch."""
+KERNEL_NS = 10_000
+"""Stand-in duration of every kernel."""
+
+_BOOTSTRAP = """
+import json, sys
+sys.path.insert(0, {repo!r})
+from tests.intercept.device_harness import StandInRuntime
+from intercept import device
+from phantora.cluster.catalogue import lookup_gpu
+device.prepare(lookup_gpu({gpu!r}), {device_count})
+runtime = StandInRuntime()
+mode = device.enter_fake_mode(runtime=runtime)
+import torch
+result = {{}}
+exec(compile({snippet!r}, "<snippet>", "exec"))
+with open({out!r}, "w") as f:
+    json.dump({{"result": result, "runtime": runtime.summary()}}, f)
+"""
+
+
+class StandInRuntime:
+    """Deterministic stand-in for ``intercept.runtime.RankRuntime`` that records every call.
+
+    Its clock moves only by :data:`LAUNCH_OVERHEAD_NS` per kernel and by syncs; every kernel
+    runs :data:`KERNEL_NS` on its stream. It refuses runtime calls made inside ``excluded()``
+    (the device code promises not to nest them).
+    """
+
+    def __init__(self) -> None:
+        self.clock_ns = 0
+        self.kernels: list[tuple[str, int, int, int]] = []
+        self.calls: list[tuple[Any, ...]] = []
+        self.excluded_cpu_ns = 0
+        self.excluded_entries = 0
+        self._excluded_depth = 0
+        self._stream_free_ns: dict[int, int] = {}
+        self._event_ns: dict[int, int] = {}
+
+    @contextlib.contextmanager
+    def excluded(self) -> Iterator[None]:
+        self._excluded_depth += 1
+        self.excluded_entries += 1
+        start = time.thread_time_ns()
+        try:
+            yield
+        finally:
+            self.excluded_cpu_ns += time.thread_time_ns() - start
+            self._excluded_depth -= 1
+
+    def _check(self, call: str) -> None:
+        if self._excluded_depth:
+            raise AssertionError(f"runtime.{call} called inside excluded()")
+
+    def kernel(self, name: str, flops: int, nbytes: int, stream: int) -> None:
+        self._check("kernel")
+        self.kernels.append((name, flops, nbytes, stream))
+        self.clock_ns += LAUNCH_OVERHEAD_NS
+        start = max(self.clock_ns, self._stream_free_ns.get(stream, 0))
+        self._stream_free_ns[stream] = start + KERNEL_NS
+
+    def new_event(self) -> int:
+        self._check("new_event")
+        event = len(self._event_ns)
+        self._event_ns[event] = 0
+        self.calls.append(("new_event", event))
+        return event
+
+    def record_event(self, event: int, stream: int) -> None:
+        self._check("record_event")
+        self.calls.append(("record_event", event, stream))
+        self._event_ns[event] = max(self.clock_ns, self._stream_free_ns.get(stream, 0))
+
+    def wait_event(self, stream: int, event: int) -> None:
+        self._check("wait_event")
+        self.calls.append(("wait_event", stream, event))
+        ready = self._event_ns[event]
+        self._stream_free_ns[stream] = max(self._stream_free_ns.get(stream, 0), ready)
+
+    def sync(self, kind: str, target: int = 0) -> int:
+        self._check("sync")
+        self.calls.append(("sync", kind, target))
+        if kind == "query":
+            return int(self._event_ns[target] <= self.clock_ns)
+        if kind == "device":
+            done = max([self.clock_ns, *self._stream_free_ns.values()])
+        elif kind == "stream":
+            done = max(self.clock_ns, self._stream_free_ns.get(target, 0))
+        else:
+            done = self._event_ns[target]
+        self.clock_ns = max(self.clock_ns, done)
+        return done
+
+    def summary(self) -> dict[str, Any]:
+        return {"kernels": self.kernels, "calls": self.calls, "clock_ns": self.clock_ns,
+                "excluded_cpu_ns": self.excluded_cpu_ns,
+                "excluded_entries": self.excluded_entries}
+
+
+def run_snippet(snippet: str, *, gpu: str = "h100", device_count: int = 8,
+                timeout_s: float = 120) -> dict[str, Any]:
+    """Run ``snippet`` on ``device_count`` fake GPUs of kind ``gpu``; it fills ``result``.
+
+    The snippet sees ``torch``, ``mode`` (the SimFakeMode) and ``runtime`` (the stand-in).
+    Returns ``{"result", "runtime", "stdout", "stderr"}``; raises with the child's stderr if
+    it failed.
+    """
+    with tempfile.TemporaryDirectory() as folder:
+        out = os.path.join(folder, "out.json")
+        code = _BOOTSTRAP.format(repo=str(REPO), gpu=gpu, device_count=device_count,
+                                 snippet=textwrap.dedent(snippet), out=out)
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=timeout_s, cwd=REPO, check=False)
+        if proc.returncode != 0:
+            raise AssertionError(f"snippet failed (exit {proc.returncode}):\n{proc.stderr[-6000:]}")
+        with open(out) as f:
+            data = json.load(f)
+    data["stdout"], data["stderr"] = proc.stdout, proc.stderr
+    return data

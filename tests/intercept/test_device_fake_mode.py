@@ -1,0 +1,273 @@
+"""SimFakeMode: kernels recorded with costs and streams, host syncs, values, real CPU work."""
+
+from typing import Any
+
+import pytest
+
+from intercept.fake_mode import FLOAT_VALUE, INT_VALUE, MEMCPY_DTOH, MEMCPY_HTOD, SELECT_FRACTION
+from tests.intercept.device_harness import run_snippet
+
+TRAINING_STEP = """
+import time
+import torch.nn as nn
+import torch.nn.functional as F
+
+class Block(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).contiguous().view(b, t, d))
+        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+vocab, d = 1000, 256
+model = nn.Sequential(nn.Embedding(vocab, d), Block(d, 4), Block(d, 4), nn.Linear(d, vocab)).cuda()
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+side = torch.cuda.Stream()
+
+def step():
+    tokens = torch.randint(0, vocab, (4, 128)).to("cuda", non_blocking=True)
+    with torch.cuda.stream(side):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = model(tokens)
+            loss = F.cross_entropy(logits.view(-1, vocab).float(), tokens.view(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return logits
+
+step()
+mark, excluded0, cpu0 = len(runtime.kernels), runtime.excluded_cpu_ns, time.process_time_ns()
+logits = step()
+cpu = time.process_time_ns() - cpu0  # all threads, like the stand-in's excluded time
+result["step"] = {
+    "kernels": runtime.kernels[mark:], "side": side.stream_id, "logits": str(logits.dtype),
+    "excluded_share": (runtime.excluded_cpu_ns - excluded0) / cpu,
+    "adam_state": str(opt.state[model[0].weight]["exp_avg"].dtype),
+}
+"""
+
+BEHAVIOUR = """
+import io, threading, warnings
+import torch.nn as nn
+from torch._subclasses.fake_tensor import FakeTensor
+
+def kernels_of(fn):
+    mark = len(runtime.kernels)
+    fn()
+    return [k[0] for k in runtime.kernels[mark:]]
+
+x = torch.randn(8, 16, device="cuda")
+a, b, c = x.clone(), x.clone(), x.clone()
+no_kernel = {
+    "view": lambda: x.view(16, 8), "t": lambda: x.t(), "transpose": lambda: x.transpose(0, 1),
+    "reshape": lambda: x.reshape(4, 32), "expand": lambda: x[:1].expand(8, 16),
+    "permute": lambda: x.permute(1, 0), "split": lambda: x.split(4), "chunk": lambda: x.chunk(2),
+    "unbind": lambda: x.unbind(0), "select": lambda: x[3], "slice": lambda: x[:, 2:5],
+    "narrow": lambda: x.narrow(1, 0, 4), "diagonal": lambda: x.diagonal(),
+    "detach": lambda: x.detach(), "as_strided": lambda: x.as_strided((4,), (2,)),
+    "unsqueeze_": lambda: a.unsqueeze_(0), "squeeze_": lambda: b.squeeze_(), "t_": lambda: c.t_(),
+    "empty": lambda: torch.empty(4, device="cuda"),
+    "empty_like": lambda: torch.empty_like(x), "contiguous": lambda: x.contiguous(),
+}
+result["no_kernel"] = {name: kernels_of(fn) for name, fn in no_kernel.items()}
+result["kernels"] = {
+    "clone": kernels_of(lambda: x.clone()),
+    "zeros": kernels_of(lambda: torch.zeros(4, device="cuda")),
+    "t_contiguous": kernels_of(lambda: x.t().contiguous()), "mm": kernels_of(lambda: x @ x.t()),
+}
+
+# small all-CPU work runs for real, big CPU tensors stay fake
+small = torch.arange(10)
+result["real_cpu"] = {
+    "sum": small.sum().item(), "small_is_real": not isinstance(small, FakeTensor),
+    "big_is_fake": isinstance(torch.empty(1000, 1000), FakeTensor),
+    "kernels": kernels_of(lambda: (small * 2).tolist()),
+}
+
+# reading a CUDA value on the host: a sync of the current stream, then a plausible value
+side = torch.cuda.Stream()
+loss = torch.ones((), device="cuda") * 3
+reads = {
+    "item": lambda: loss.item(), "float": lambda: float(loss), "int": lambda: int(loss.long()),
+    "bool": lambda: bool(loss > 0), "tolist": lambda: torch.ones(2, 2, device="cuda").tolist(),
+    "format": lambda: f"{loss:.4f}", "repr": lambda: repr(loss),
+    "print": lambda: print("loss", loss),
+    "cpu": lambda: loss.cpu().item(),
+}
+values, syncs = {}, {}
+for name, read in reads.items():
+    with torch.cuda.stream(side):
+        mark = len(runtime.calls)
+        values[name] = read()
+        syncs[name] = [c for c in runtime.calls[mark:] if c[0] == "sync"]
+result["reads"] = {"values": values, "syncs": syncs, "side": side.stream_id}
+mark = len(runtime.calls)
+loss.to("cpu", non_blocking=True)
+result["non_blocking_syncs"] = runtime.calls[mark:]
+try:
+    loss.numpy()
+except TypeError as error:
+    result["numpy_cuda"] = str(error)
+result["numpy"] = loss.cpu().numpy().tolist()
+
+# copies between host and device: named like CUDA's profiler does, blocking ones wait
+def copy_record(fn):
+    kernels, calls = len(runtime.kernels), len(runtime.calls)
+    fn()
+    return [runtime.kernels[kernels:], [c for c in runtime.calls[calls:] if c[0] == "sync"]]
+
+host = torch.ones(1000)
+result["copies"] = {
+    "to_cuda": copy_record(lambda: host.to("cuda")),
+    "to_cuda_non_blocking": copy_record(lambda: host.to("cuda", non_blocking=True)),
+    "cpu": copy_record(lambda: torch.ones(1000, device="cuda").cpu()),
+}
+
+# data-dependent output shapes get a concrete size, and sync like on a real GPU
+v = torch.randn(100, device="cuda")
+ids = torch.randint(0, 10, (100,), device="cuda")
+shapes = {}
+for name, fn in {
+    "nonzero": lambda: torch.nonzero(v > 0), "masked": lambda: v[v > 0],
+    "masked_select": lambda: torch.masked_select(v, v > 0), "unique": lambda: torch.unique(ids),
+    "bincount": lambda: torch.bincount(ids, minlength=16),
+    "repeat_interleave": lambda: torch.repeat_interleave(
+        torch.ones(7, dtype=torch.long, device="cuda")),
+}.items():
+    mark = len(runtime.calls)
+    shapes[name] = [list(fn().shape), sum(c[0] == "sync" for c in runtime.calls[mark:])]
+result["data_dependent"] = shapes
+
+# torch.save of fake tensors writes meta placeholders
+layer = nn.Linear(512, 512).cuda()
+buffer = io.BytesIO()
+torch.save(layer.state_dict(), buffer)
+buffer.seek(0)
+loaded = torch.load(buffer)
+result["save"] = {"bytes": buffer.getbuffer().nbytes,
+                  "loaded": [[str(t.device), list(t.shape)] for t in loaded.values()]}
+
+# threads the script starts run under the mode, DataLoader workers + pin-memory thread too
+seen = {}
+thread = threading.Thread(
+    target=lambda: seen.update(device=str(torch.ones(2, device="cuda").device)))
+thread.start(); thread.join()
+from torch.utils.data import DataLoader, TensorDataset
+data = TensorDataset(torch.arange(64.0).view(32, 2), torch.arange(32))
+batches = [[str(a.to("cuda", non_blocking=True).device), int(b.sum())]
+           for a, b in DataLoader(data, batch_size=8, num_workers=2, pin_memory=True)]
+result["threads"] = {"thread": seen["device"], "batches": batches}
+
+# torch.compile runs with aot_eager (one warning) and its kernels are recorded
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    first = torch.compile(lambda a: (a * 2).sin())
+    second = torch.compile(lambda a: (a + 1).cos(), mode="max-autotune")
+    compiled = kernels_of(lambda: (first(x), second(x)))
+result["compile"] = {"kernels": compiled,
+                     "warnings": [str(w.message) for w in caught if "aot_eager" in str(w.message)]}
+"""
+
+
+@pytest.fixture(scope="module")
+def step() -> dict[str, Any]:
+    return run_snippet(TRAINING_STEP)["result"]["step"]
+
+
+@pytest.fixture(scope="module")
+def behaviour() -> dict[str, Any]:
+    return run_snippet(BEHAVIOUR)
+
+
+def test_training_step_records_costed_kernels(step: dict[str, Any]) -> None:
+    kernels = step["kernels"]
+    names = {k[0] for k in kernels}
+    assert len(kernels) > 50
+    assert all(flops > 0 or nbytes > 0 for _, flops, nbytes, _ in kernels)
+    assert {"aten::mm", "aten::_scaled_dot_product_flash_attention",
+            "aten::_scaled_dot_product_flash_attention_backward", MEMCPY_HTOD} <= names
+    assert sum(flops for name, flops, _, _ in kernels if name == "aten::mm") > 0
+    assert step["logits"] == "torch.bfloat16"  # autocast really active
+    assert step["adam_state"] == "torch.float32"
+
+
+def test_kernels_run_on_the_stream_of_their_forward_op(step: dict[str, Any]) -> None:
+    streams = {k[3] for k in step["kernels"]}
+    # tokens are copied on the default stream; forward, backward (autograd's own thread) and
+    # the optimizer step inherit the side stream
+    assert streams == {0, step["side"]}
+    assert sum(k[3] == step["side"] for k in step["kernels"]) > len(step["kernels"]) - 3
+
+
+def test_interceptor_time_is_excluded(step: dict[str, Any]) -> None:
+    assert step["excluded_share"] > 0.4
+
+
+def test_views_and_metadata_launch_nothing(behaviour: dict[str, Any]) -> None:
+    no_kernel = behaviour["result"]["no_kernel"]
+    assert no_kernel == {name: [] for name in no_kernel}
+    assert behaviour["result"]["kernels"] == {
+        "clone": ["aten::clone"], "zeros": ["aten::zeros"], "t_contiguous": ["aten::clone"],
+        "mm": ["aten::mm"]}
+
+
+def test_small_cpu_work_runs_for_real(behaviour: dict[str, Any]) -> None:
+    assert behaviour["result"]["real_cpu"] == {"sum": 45, "small_is_real": True,
+                                               "big_is_fake": True, "kernels": []}
+
+
+def test_host_reads_sync_the_current_stream(behaviour: dict[str, Any]) -> None:
+    reads = behaviour["result"]["reads"]
+    side = reads["side"]
+    assert reads["values"] == {
+        "item": FLOAT_VALUE, "float": FLOAT_VALUE, "int": INT_VALUE, "bool": False,
+        "tolist": [[FLOAT_VALUE] * 2] * 2, "format": f"{FLOAT_VALUE:.4f}",
+        "repr": f"tensor({FLOAT_VALUE:.0f}., device='cuda:0')", "print": None, "cpu": FLOAT_VALUE}
+    for name, syncs in reads["syncs"].items():
+        assert syncs and all(s == ["sync", "stream", side] for s in syncs), name
+    assert f"tensor({FLOAT_VALUE:.0f}., device='cuda:0')" in behaviour["stdout"]
+    assert behaviour["result"]["non_blocking_syncs"] == []
+    assert "Use Tensor.cpu()" in behaviour["result"]["numpy_cuda"]
+    assert behaviour["result"]["numpy"] == FLOAT_VALUE
+
+
+def test_host_device_copies(behaviour: dict[str, Any]) -> None:
+    copies = behaviour["result"]["copies"]
+    assert copies["to_cuda"] == [[[MEMCPY_HTOD, 0, 4000, 0]], [["sync", "stream", 0]]]
+    assert copies["to_cuda_non_blocking"] == [[[MEMCPY_HTOD, 0, 4000, 0]], []]
+    assert copies["cpu"] == [[["aten::ones", 0, 4000, 0], [MEMCPY_DTOH, 0, 4000, 0]],
+                             [["sync", "stream", 0]]]
+
+
+def test_data_dependent_shapes_are_concrete(behaviour: dict[str, Any]) -> None:
+    half = int(100 * SELECT_FRACTION)
+    assert behaviour["result"]["data_dependent"] == {
+        "nonzero": [[half, 1], 1], "masked": [[half], 1], "masked_select": [[half], 1],
+        "unique": [[half], 1], "bincount": [[16], 1], "repeat_interleave": [[7 * INT_VALUE], 1]}
+
+
+def test_torch_save_writes_meta_placeholders(behaviour: dict[str, Any]) -> None:
+    save = behaviour["result"]["save"]
+    assert save["loaded"] == [["meta", [512, 512]], ["meta", [512]]]
+    assert save["bytes"] < 512 * 512 * 4 / 100
+
+
+def test_script_threads_run_under_the_mode(behaviour: dict[str, Any]) -> None:
+    threads = behaviour["result"]["threads"]
+    assert threads["thread"] == "cuda:0"
+    assert threads["batches"] == [["cuda:0", sum(range(i, i + 8))] for i in range(0, 32, 8)]
+
+
+def test_compile_runs_with_aot_eager(behaviour: dict[str, Any]) -> None:
+    compiled = behaviour["result"]["compile"]
+    assert {"aten::mul", "aten::sin", "aten::add", "aten::cos"} <= set(compiled["kernels"])
+    assert len(compiled["warnings"]) == 1

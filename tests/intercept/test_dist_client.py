@@ -1,0 +1,154 @@
+"""CoordinatorClient against an in-process fake coordinator: batching, syncs, heartbeats, exit."""
+
+import os
+import threading
+import time
+from multiprocessing import Pipe
+
+import pytest
+
+from intercept.client import CoordinatorClient
+from intercept.clock import VirtualClock
+from intercept.protocol import EventRecord, Exit, Kernel, Reply, Sync
+from tests.intercept.dist_coordinator import FakeCoordinator
+
+
+def make_client(op_cost_ns: int | None = 10, **kwargs: object,
+                ) -> tuple[CoordinatorClient, VirtualClock, FakeCoordinator]:
+    ours, theirs = Pipe()
+    clock = VirtualClock(epoch_ns=0, op_cost_ns=op_cost_ns)
+    client = CoordinatorClient(ours, clock, **kwargs)  # type: ignore[arg-type]
+    return client, clock, FakeCoordinator(theirs)
+
+
+def add_kernel(client: CoordinatorClient, clock: VirtualClock, stream: int = 0) -> None:
+    clock.tick()
+    client.add(Kernel, stream=stream, duration_ns=5, name="aten::mm")
+
+
+def test_ops_wait_in_the_buffer_until_a_flush_and_carry_their_launch_time() -> None:
+    client, clock, coordinator = make_client()
+    for _ in range(3):
+        add_kernel(client, clock)
+    time.sleep(0.05)
+    assert coordinator.batches == []  # no heartbeat thread started, no flush yet
+    client.flush()
+    coordinator.wait_for_batches(1)
+    [batch] = coordinator.batches
+    assert [op.at_ns for op in batch.ops] == [10, 20, 30]
+    assert batch.clock_ns == 30 and batch.sync is None and batch.exit is None
+
+
+def test_a_full_buffer_is_sent_at_once() -> None:
+    client, clock, coordinator = make_client(max_buffered_ops=4)
+    for _ in range(9):
+        add_kernel(client, clock)
+    coordinator.wait_for_batches(2)
+    assert [len(b.ops) for b in coordinator.batches] == [4, 4]
+
+
+def test_sync_sends_pending_ops_blocks_for_the_reply_and_moves_the_clock() -> None:
+    client, clock, coordinator = make_client()
+    add_kernel(client, clock)
+    reply = client.sync("event", 7)
+    [batch] = coordinator.batches
+    assert batch.ops[0].at_ns == 10
+    assert batch.sync == Sync("event", 7, 10)
+    assert reply.time_ns == 10 + coordinator.reply_delay_ns
+    assert clock.now_ns() == reply.time_ns
+
+
+def test_query_does_not_move_the_clock() -> None:
+    client, clock, coordinator = make_client()
+    reply = client.sync("query", 3)
+    assert reply.value == 1
+    assert clock.now_ns() == 0
+
+
+def test_close_sends_the_rest_with_the_exit_and_nothing_may_follow() -> None:
+    client, clock, coordinator = make_client()
+    add_kernel(client, clock)
+    client.close(Exit(2, "Traceback ..."))
+    coordinator.join()
+    [batch] = coordinator.batches
+    assert len(batch.ops) == 1 and batch.exit == Exit(2, "Traceback ...")
+    with pytest.raises(RuntimeError, match="Exit"):
+        add_kernel(client, clock)
+
+
+def test_heartbeat_raises_the_promise_while_the_script_computes() -> None:
+    client, clock, coordinator = make_client(op_cost_ns=None, heartbeat_interval_s=0.002)
+    client.start()
+    end = time.process_time() + 0.1
+    while time.process_time() < end:
+        pass  # the script busy on the CPU, no ops
+    coordinator.wait_for_batches(2)
+    client.close(Exit(0))
+    coordinator.join()
+    promises = [b.clock_ns for b in coordinator.batches]
+    assert promises == sorted(promises)
+    assert promises[-2] > 0  # a heartbeat promised progress before the exit
+
+
+def test_heartbeat_sends_pending_ops_and_is_silent_when_nothing_changes() -> None:
+    client, clock, coordinator = make_client(heartbeat_interval_s=0.002)
+    client.start()
+    add_kernel(client, clock)
+    coordinator.wait_for_batches(1)
+    time.sleep(0.05)  # reproducible clock: it does not move, nothing pending
+    assert len(coordinator.batches) == 1
+    assert len(coordinator.batches[0].ops) == 1
+
+
+def test_nothing_is_sent_while_a_sync_is_outstanding() -> None:
+    """A blocked rank promises nothing: the heartbeat stays quiet until the reply."""
+    ours, theirs = Pipe()
+    clock = VirtualClock(epoch_ns=0, op_cost_ns=None)
+    client = CoordinatorClient(ours, clock, heartbeat_interval_s=0.002)
+    client.start()
+    replied = threading.Event()
+
+    def slow_coordinator() -> None:
+        batch = theirs.recv()
+        assert batch.sync is not None
+        time.sleep(0.05)
+        assert not theirs.poll(0)  # no heartbeat came while the rank was blocked
+        theirs.send(Reply(batch.sync.at_ns))
+        replied.set()
+
+    thread = threading.Thread(target=slow_coordinator)
+    thread.start()
+    client.sync("device", 0)
+    thread.join()
+    assert replied.is_set()
+
+
+def test_every_op_is_at_or_after_the_previous_batch_promise() -> None:
+    """The protocol's promise holds with a busy heartbeat racing the script's ops."""
+    client, clock, coordinator = make_client(op_cost_ns=None, heartbeat_interval_s=0.0005,
+                                             max_buffered_ops=7)
+    client.start()
+    for i in range(2_000):
+        client.add(EventRecord, event=i, stream=0)
+    client.close(Exit(0))
+    coordinator.join()
+    promise = -1
+    for batch in coordinator.batches:
+        assert all(op.at_ns >= promise for op in batch.ops)
+        assert all(op.at_ns <= batch.clock_ns for op in batch.ops)
+        promise = batch.clock_ns
+    assert sum(len(b.ops) for b in coordinator.batches) == 2_000
+
+
+def test_a_forked_child_may_not_use_the_rank_connection() -> None:
+    client, clock, coordinator = make_client()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            add_kernel(client, clock)
+        except RuntimeError as error:
+            os._exit(0 if "forked child" in str(error) else 2)
+        os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert coordinator.batches == []
