@@ -303,9 +303,10 @@ def initial_seed() -> int:
 
 
 def get_rng_state(device: Any = "cuda") -> torch.Tensor:
-    """16 bytes like a CUDA generator's state: the seed, then a zero offset."""
+    """16 bytes like a CUDA generator's state: the seed, then a zero offset (little endian)."""
+    state = (_seed % 2**64).to_bytes(8, "little") + bytes(8)
     with torch.utils._python_dispatch._disable_current_modes():
-        return torch.tensor([_seed, 0], dtype=torch.int64).view(torch.uint8)
+        return torch.tensor(list(state), dtype=torch.uint8)
 
 
 def get_rng_state_all() -> list[torch.Tensor]:
@@ -314,7 +315,7 @@ def get_rng_state_all() -> list[torch.Tensor]:
 
 def set_rng_state(new_state: torch.Tensor, device: Any = "cuda") -> None:
     with torch.utils._python_dispatch._disable_current_modes():
-        manual_seed(int(new_state.view(torch.int64)[0]))
+        manual_seed(int.from_bytes(bytes(new_state[:8].tolist()), "little"))
 
 
 def set_rng_state_all(new_states: list[torch.Tensor]) -> None:

@@ -37,7 +37,8 @@ _GIB = 2**30
 CATALOGUE: dict[str, GpuSpec] = {
     # H100 SXM5: 80 GB HBM3 3.35 TB/s, 989 TFLOP/s dense BF16, NVLink4 18 links x 25 GB/s per
     # direction = 450 GB/s (NVIDIA H100 datasheet); DGX H100: 8x ConnectX-7 400 Gb/s.
-    "h100": GpuSpec("h100", "NVIDIA H100 80GB HBM3", 90, 132, 80 * _GIB, 3350.0, 989.0,
+    # total_memory as the lent H100 reports it: 85,017,493,504 B (81,079 MiB).
+    "h100": GpuSpec("h100", "NVIDIA H100 80GB HBM3", 90, 132, 85_017_493_504, 3350.0, 989.0,
                     4, 18, 3600.0, 400.0),
     # H200 SXM: 141 GB HBM3e 4.8 TB/s, same compute and NVLink as H100 (NVIDIA H200 datasheet).
     # The lent machines report 143771 MiB.

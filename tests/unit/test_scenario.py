@@ -413,11 +413,11 @@ def test_nccl_overrides_must_fit_the_hardware(gpu: str, nccl: dict[str, Any],
      "workload.collectives.sizes.max: 1KiB (1024 bytes) is below workload.collectives.sizes.min "
      "(1MiB (1048576 bytes)); swap them"),
     ({"ops": ["all_reduce"], "sizes": ["1MiB", "1TiB"]},
-     "workload.collectives.sizes[1]: 1024GiB (1099511627776 bytes) does not fit in the 80GiB "
-     "(85899345920 bytes) of memory of one h100; use at most 85899345920"),
+     "workload.collectives.sizes[1]: 1024GiB (1099511627776 bytes) does not fit in the 85017493504 bytes "
+     "of memory of one h100; use at most 85017493504"),
     ({"ops": ["all_reduce"], "sizes": {"min": "1MiB", "max": 10**30}},
      "workload.collectives.sizes.max: 1000000000000000019884624838656 bytes does not fit in "
-     "the 80GiB (85899345920 bytes) of memory of one h100; use at most 85899345920"),
+     "the 85017493504 bytes of memory of one h100; use at most 85017493504"),
     ({"ops": ["all_reduce", "reduce", "all_reduce"], "sizes": [1024]},
      "workload.collectives.ops[2]: op all_reduce is already at [0]; list each op once"),
     ({"ops": ["all_reduce"], "sizes": [1024], "ranks": [0, 16]},
