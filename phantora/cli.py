@@ -77,7 +77,7 @@ def _script(scenario: Scenario, summary: Summary, topology: Topology, gpu: GpuSp
             backend: NetworkBackend, out_dir: Path, console: Console) -> None:
     # Imported here: only script workloads need the launcher (and, in the ranks, torch).
     from phantora.engine.script_runner import run_script
-    from phantora.report.live_summary import collective_rows, rank_summaries
+    from phantora.report.live_summary import collective_rows
     from phantora.report.trace import write_trace
 
     assert scenario.workload.kind == "script"
@@ -85,7 +85,7 @@ def _script(scenario: Scenario, summary: Summary, topology: Topology, gpu: GpuSp
         scenario.workload, scenario.simulation, topology, gpu, nccl_config(scenario.nccl),
         backend, out_dir, echo=lambda line: console.print(f"[dim]\\[rank0][/dim] {escape(line)}",
                                                           highlight=False))
-    summary.ranks = rank_summaries(result)
+    summary.ranks = result.ranks
     summary.collectives = collective_rows(result.collectives)
     summary.compute_coverage = coverage.to_dict()
     summary.counts = dict(result.counts)

@@ -7,7 +7,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from phantora.report.summary import CollectiveResult, RankSummary
+from phantora.engine.live import RankResult
+from phantora.report.summary import CollectiveResult
 from phantora.units import format_bytes
 
 T = TypeVar("T")
@@ -27,7 +28,7 @@ def collectives_table(results: list[CollectiveResult], title: str) -> Table:
     return table
 
 
-def ranks_table(ranks: list[RankSummary], title: str) -> Table:
+def ranks_table(ranks: list[RankResult], title: str) -> Table:
     """Per live rank: where its clock ended, its GPU's last work, time blocked on the GPU."""
     table = Table(title=title)
     for name in ("rank", "GPU", "clock (ms)", "GPU busy until (ms)", "blocked (ms)", "kernels",

@@ -4,13 +4,7 @@ from collections import defaultdict
 
 from phantora.engine.benchmark import bus_factor
 from phantora.engine.live import CollectiveRecord, LiveResult
-from phantora.report.summary import CollectiveResult, RankSummary
-
-
-def rank_summaries(result: LiveResult) -> list[RankSummary]:
-    return [RankSummary(rank=r.rank, gpu=r.gpu, clock_ns=r.clock_ns, gpu_end_ns=r.gpu_end_ns,
-                        blocked_ns=r.blocked_ns, kernels=r.kernels, collectives=r.collectives)
-            for r in result.ranks]
+from phantora.report.summary import CollectiveResult
 
 
 def collective_rows(records: list[CollectiveRecord]) -> list[CollectiveResult]:

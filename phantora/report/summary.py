@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from phantora import __version__
+from phantora.engine.live import RankResult
 
 SCHEMA_VERSION = 1
 
@@ -37,28 +38,13 @@ class CollectiveResult:
     """Collectives this row stands for (a live run groups identical ones; times are means)."""
 
 
-@dataclass(frozen=True, slots=True)
-class RankSummary:
-    """One live rank: where its clock ended and what it did."""
-
-    rank: int
-    gpu: int
-    clock_ns: int
-    """The rank's virtual clock when its script ended (what its own timers read)."""
-    gpu_end_ns: int
-    blocked_ns: int
-    """Virtual time spent waiting for the GPU in host syncs."""
-    kernels: int
-    collectives: int
-
-
 @dataclass
 class Summary:
     scenario: dict[str, Any]
     workload: str
     """``collectives`` (a sweep) or ``script`` (a live training script)."""
     collectives: list[CollectiveResult] = field(default_factory=list)
-    ranks: list[RankSummary] = field(default_factory=list)
+    ranks: list[RankResult] = field(default_factory=list)
     """Live runs only."""
     compute_coverage: dict[str, Any] = field(default_factory=dict)
     """Live runs only: where simulated GPU time came from (roofline, fallback), top ops."""
