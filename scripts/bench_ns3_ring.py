@@ -70,7 +70,7 @@ def main() -> None:
     parser.add_argument("--single-flow", action="store_true")
     parser.add_argument("--export-result", type=Path)
     for f in dataclasses.fields(Ns3Config):
-        if f.type in (int, "int"):
+        if f.name != "transport":  # every other field is an integer
             parser.add_argument(f"--{f.name.replace('_', '-')}", type=int, dest=f.name)
     args = parser.parse_args()
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(Ns3Config)

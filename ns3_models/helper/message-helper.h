@@ -36,9 +36,12 @@ class MessageHelper
     {
     }
 
-    /// Open a connection from `source` to `destination` (single-NIC endpoints); returns its
-    /// index for Send(). Throws std::length_error when `source` has no free local port left.
-    uint32_t AddConnection(ns3::Ptr<ns3::Node> source, ns3::Ptr<ns3::Node> destination)
+    /// Open a connection from `source` to `destination` (single-NIC endpoints) with a TCP send
+    /// buffer of `sendBufferBytes` (0: the default); returns its index for Send(). Throws
+    /// std::length_error when `source` has no free local port left.
+    uint32_t AddConnection(ns3::Ptr<ns3::Node> source,
+                           ns3::Ptr<ns3::Node> destination,
+                           uint32_t sendBufferBytes)
     {
         using namespace ns3;
         uint16_t& nextPort = m_nextLocalPort.try_emplace(source->GetId(), kFirstLocalPort)
@@ -54,6 +57,7 @@ class MessageHelper
         sender->SetAttribute("RemoteAddress", Ipv4AddressValue(AddressOf(destination)));
         sender->SetAttribute("RemotePort", UintegerValue(m_receiverPort));
         sender->SetAttribute("LocalPort", UintegerValue(localPort));
+        sender->SetAttribute("SendBufferBytes", UintegerValue(sendBufferBytes));
         source->AddApplication(sender);
 
         m_connections.push_back(Connection{sender,

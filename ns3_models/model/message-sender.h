@@ -50,7 +50,13 @@ class MessageSender : public ns3::Application
                               "per source node and below the ephemeral range (49152).",
                               UintegerValue(10000),
                               MakeUintegerAccessor(&MessageSender::m_localPort),
-                              MakeUintegerChecker<uint16_t>(1, 49151));
+                              MakeUintegerChecker<uint16_t>(1, 49151))
+                .AddAttribute("SendBufferBytes",
+                              "TCP send buffer of this connection (it bounds the data in "
+                              "flight); 0 keeps the TcpSocket::SndBufSize default.",
+                              UintegerValue(0),
+                              MakeUintegerAccessor(&MessageSender::m_sendBufferBytes),
+                              MakeUintegerChecker<uint32_t>());
         return tid;
     }
 
@@ -83,6 +89,10 @@ class MessageSender : public ns3::Application
     {
         using namespace ns3;
         m_socket = Socket::CreateSocket(GetNode(), TcpSocketFactory::GetTypeId());
+        if (m_sendBufferBytes > 0)
+        {
+            m_socket->SetAttribute("SndBufSize", UintegerValue(m_sendBufferBytes));
+        }
         m_socket->Bind(InetSocketAddress(Ipv4Address::GetAny(), m_localPort));
         m_socket->ShutdownRecv();
         // A failed connect is not reported: in a routed fabric TCP retries its SYN until it
@@ -180,6 +190,7 @@ class MessageSender : public ns3::Application
     ns3::Ipv4Address m_remoteAddress;
     uint16_t m_remotePort{5000};
     uint16_t m_localPort{10000};
+    uint32_t m_sendBufferBytes{0};
     ns3::Ptr<ns3::Socket> m_socket;
     uint32_t m_segmentSize{1};
     uint32_t m_wakeBytes{1};

@@ -25,7 +25,8 @@ from phantora.network.ns3.fabric import (
     Fabric,
     build_fabric,
     check_topology,
-    default_tcp_buffer_bytes,
+    connection_buffer_bytes,
+    longest_path_buffer_bytes,
 )
 from phantora.network.ns3.transport import configure_transport
 
@@ -58,11 +59,11 @@ class Ns3Backend:
         rng.SetRun(1)
         rng.ResetNextStreamIndex()
         check_topology(topology)
-        self._tcp_buffer_bytes = (self._config.tcp_buffer_bytes
-                                  if self._config.tcp_buffer_bytes is not None
-                                  else default_tcp_buffer_bytes(topology, self._config))
+        tcp_buffer_bytes = (self._config.tcp_buffer_bytes
+                            if self._config.tcp_buffer_bytes is not None
+                            else longest_path_buffer_bytes(topology, self._config))
         # Before the fabric: TCP's socket type is read when the internet stacks are installed.
-        configure_transport(self._ns3, self._config, self._tcp_buffer_bytes)
+        configure_transport(self._ns3, self._config, tcp_buffer_bytes)
         self._fabric: Fabric | None = build_fabric(lib.phantora, topology, self._config)
         self._messages: Any = lib.phantora.MessageHelper()
         self._log: Any = self._messages.GetLog()
@@ -151,7 +152,6 @@ class Ns3Backend:
                 "ecn_marks": int(fabric.helper.GetEcnMarks()),
                 "completed_flows": self._next_flow_id - self._pending,
                 "connections": len(self._connections),
-                "tcp_buffer_bytes": self._tcp_buffer_bytes,
                 "simulated_ns": self.now_ns(),
                 "setup_cpu_s": round(self._setup_cpu_s, 3),
                 "run_cpu_s": round(self._run_cpu_s, 3),
@@ -189,9 +189,12 @@ class Ns3Backend:
         connection = self._connections.get(key)
         if connection is None:
             try:
+                send_buffer_bytes = (self._config.tcp_buffer_bytes
+                                     or connection_buffer_bytes(self._topology, self._config,
+                                                                src, dst))
                 connection = int(self._messages.AddConnection(
                     fabric.helper.GetNode(fabric.gpu_node[src]),
-                    fabric.helper.GetNode(fabric.gpu_node[dst])))
+                    fabric.helper.GetNode(fabric.gpu_node[dst]), send_buffer_bytes))
             except Exception as exc:  # cppyy turns the C++ std::length_error into this
                 raise BackendError(f"add_flow: cannot open connection {key}: {exc}") from exc
             self._connections[key] = connection

@@ -41,11 +41,11 @@ class Ns3Config:
     """Congestion control: ``"dctcp"`` (TCP with DCTCP over ECN-marking switches)."""
 
     tcp_buffer_bytes: int | None = None
-    """TCP send and receive buffer per connection; the receive buffer caps the window.
-    ``None``: twice the bandwidth-delay product of the topology's longest GPU-to-GPU path
-    (see :func:`phantora.network.ns3.fabric.default_tcp_buffer_bytes`), enough for line rate
-    with margin. Much larger windows only queue up in the NIC and make every packet (and
-    loss recovery) costlier to simulate."""
+    """TCP send and receive buffer per connection; the send buffer bounds the data in flight.
+    ``None``: autotuned like Linux, twice the bandwidth-delay product: of the connection's
+    own path for its send buffer, of the topology's longest path for receive buffers
+    (:mod:`phantora.network.ns3.fabric`). That is enough for line rate; much larger windows
+    only queue up in the NIC and make every packet (and loss recovery) costlier to simulate."""
 
     tcp_min_rto_ns: int = 1_000_000
     """Minimum retransmission timeout (datacenter stacks use ~1 ms; Linux's 200 ms default

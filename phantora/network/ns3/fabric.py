@@ -72,15 +72,30 @@ def check_topology(topology: Topology) -> None:
                                    "links; the ns-3 backend models exactly one NIC per GPU")
 
 
-def default_tcp_buffer_bytes(topology: Topology, config: Ns3Config) -> int:
-    """Twice the bandwidth-delay product of the longest path, in whole segments (>= 16).
-
-    RTT = 2 x (propagation + one MTU's store-and-forward per hop) along the hop-shortest
-    path from GPU 0 to the farthest GPU (builders make every GPU alike), and the bandwidth is
-    the fastest NIC's. An ACK waits behind no data (NicQueueDisc), so that RTT is the one
-    TCP sees on an idle path.
-    """
+def longest_path_buffer_bytes(topology: Topology, config: Ns3Config) -> int:
+    """:func:`path_buffer_bytes` of the hop-shortest path from GPU 0 to the GPU farthest from
+    it (builders make every GPU alike). It sizes every receive window."""
     hops, latency_ns, slowest_gbps = _farthest_path(topology)
+    return path_buffer_bytes(topology, config, hops, latency_ns, slowest_gbps)
+
+
+def connection_buffer_bytes(topology: Topology, config: Ns3Config, src: int, dst: int) -> int:
+    """:func:`path_buffer_bytes` of the fabric path from GPU ``src`` to GPU ``dst``: what
+    Linux autotuning converges to, so a connection queues about one BDP in its own NIC."""
+    links = [topology.links[index] for index in topology.fabric_path(src, dst, flow_key=0)]
+    return path_buffer_bytes(topology, config, len(links),
+                             sum(link.latency_ns for link in links),
+                             min(link.gbps for link in links))
+
+
+def path_buffer_bytes(topology: Topology, config: Ns3Config, hops: int, latency_ns: int,
+                      slowest_gbps: float) -> int:
+    """Twice the path's bandwidth-delay product, in whole segments (at least 16).
+
+    RTT = 2 x (propagation + one MTU's store-and-forward per hop); bandwidth = the fastest
+    NIC. An ACK waits behind no data (NicQueueDisc), so that is the RTT TCP sees on an idle
+    path.
+    """
     nic_gbps = max((link.gbps for link in topology.links if link.kind is LinkKind.NIC),
                    default=slowest_gbps)
     rtt_ns = 2 * (latency_ns + hops * config.mtu_bytes * 8 / slowest_gbps)
