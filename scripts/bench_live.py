@@ -1,21 +1,23 @@
-"""Simulator overhead of live training: wall (and CPU) seconds per simulated GPT-2 step.
+"""Simulator overhead of live training: wall and CPU seconds per simulated GPT-2 step.
 
 The workload is ``scenarios/examples/gpt_ddp.py`` with GPT-2 124M, batch 8 per rank, seq 1024
 (bf16 autocast, fused AdamW), at 1, 2, 8 and 16 ranks on H100 hosts of up to 8 GPUs (16 ranks:
-2 hosts on a rail-optimized 400 Gbps fabric). Each size runs twice, each time in a fresh
-``phantora-ns3`` process, with ``--steps`` short and long; the cost of one step is the
-difference divided by the extra steps, which cancels the start-up (fork server, model build,
-DDP's first step) out. Per step it reports:
+2 hosts on a rail-optimized 400 Gbps fabric), each size in a fresh ``phantora-ns3`` process.
+While it runs, the bench follows rank 0's log and notes, when each ``step k/N`` line appears,
+the wall clock and the CPU time of the whole process tree (coordinator, fork server, ranks).
+The cost of a step is the median over steps 3..N of the difference to the previous line (steps
+1 and 2 warm up: DDP's single first bucket, then its bucket rebuild), so start-up is left out
+and one run suffices. Per step it reports:
 
 * wall and CPU seconds (CPU: this machine's 2 cores are shared, so CPU is the steadier figure);
-* the simulated step time the script itself printed (its ``mean of steps`` line, rank 0);
+* the simulated step time the script itself printed (median over the same steps);
 * the shares of fake execution, interception, coordinator and network in the simulator's CPU
-  time, from ``summary.json["overhead_cpu_seconds"]`` (``fake_execution``, ``interception``,
-  ``coordinator``, ``network``: seconds summed over processes) once the live path reports it,
-  "-" until then;
-* peak memory per rank process, PSS and RSS, sampled from ``/proc`` during the long run
-  (ranks are the grandchildren of the ``phantora-ns3`` process: coordinator -> fork server ->
-  ranks). PSS counts pages shared with the fork server once, so it is the fair per-rank cost.
+  time over the whole run, from ``summary.json["overhead_cpu_seconds"]`` (``fake_execution``,
+  ``interception``, ``coordinator``, ``network``: seconds summed over processes) once the live
+  path reports it, "-" until then;
+* peak memory per rank process, PSS and RSS, sampled from ``/proc`` (ranks are the
+  grandchildren of the ``phantora-ns3`` process: coordinator -> fork server -> ranks). PSS
+  counts pages shared with the fork server once, so it is the fair per-rank cost.
 
 Goals (issue 3): an 8-rank DDP step in <= 4 s wall, <= 150 MB per rank.
 
@@ -24,7 +26,7 @@ Usage:
   2. python scripts/bench_live.py --ranks 8                  # the goal case only
   3. python scripts/bench_live.py --ranks 2 --model tiny --batch-size 2 --seq-len 128   # smoke
   4. python scripts/bench_live.py --backend flow             # fluid network instead of ns-3
-  5. python scripts/bench_live.py --steps 2 8                # longer runs, steadier per step
+  5. python scripts/bench_live.py --steps 10                 # more steps, steadier medians
   6. python scripts/bench_live.py --export-result live.json  # save the rows and header
   7. python scripts/bench_live.py --import-result live.json  # reprint a saved run
 """
@@ -35,12 +37,13 @@ import os
 import platform
 import re
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,43 +54,45 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scenarios" / "examples" / "gpt_ddp.py"
 GPUS_PER_HOST = 8
+WARMUP_STEPS = 2
+"""Steps left out of the per-step figures (DDP's first bucket, then its bucket rebuild)."""
 OVERHEAD_PARTS = ("fake_execution", "interception", "coordinator", "network")
 """Keys of ``summary.json["overhead_cpu_seconds"]``, in table order."""
 RANK_DEPTH = 2
 """Rank processes are grandchildren of the phantora-ns3 process (coordinator -> fork server)."""
-SAMPLE_INTERVAL_S = 0.25
-MEAN_STEP = re.compile(r"^mean of steps \S+: ([\d.]+) ms/step", re.MULTILINE)
+POLL_S = 0.05
+"""How often rank 0's log is read for new step lines (and memory sampled, every 5th time)."""
+STEP_LINE = re.compile(r"^step (\d+)/\d+ \|.*?\| ([\d.]+) ms")
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-@dataclass
-class Run:
-    """One ``phantora-ns3`` process: what it cost and what it reported."""
+@dataclass(frozen=True)
+class StepMark:
+    """When rank 0 reported a step: wall and process-tree CPU seconds since the run began."""
 
-    steps: int
+    step: int
     wall_s: float
     cpu_s: float
-    overhead_cpu_s: dict[str, float]
-    sim_step_ms: float | None
-    rank_pss_mb: list[float] = field(default_factory=list)
-    rank_rss_mb: list[float] = field(default_factory=list)
+    sim_ms: float
 
 
 @dataclass
 class Row:
     ranks: int
     hosts: int
+    steps_measured: int
     wall_s_per_step: float
     cpu_s_per_step: float
-    sim_step_ms: float | None
+    sim_ms_per_step: float
     shares_pct: dict[str, float] | None
     rank_pss_mb: float | None
     rank_rss_mb: float | None
-    short: Run
-    long: Run
+    run_wall_s: float
+    run_cpu_s: float
 
 
-def scenario(ranks: int, args: argparse.Namespace, steps: int) -> dict[str, Any]:
-    """The scenario for ``ranks`` DDP ranks running ``steps`` steps."""
+def scenario(ranks: int, args: argparse.Namespace) -> dict[str, Any]:
+    """The scenario for ``ranks`` DDP ranks."""
     hosts = max(1, ranks // GPUS_PER_HOST)
     gpus_per_host = ranks // hosts
     cluster: dict[str, Any] = {"gpu": "h100", "hosts": hosts, "gpus_per_host": gpus_per_host}
@@ -95,26 +100,46 @@ def scenario(ranks: int, args: argparse.Namespace, steps: int) -> dict[str, Any]
         cluster["network"] = {"topology": "rail-optimized", "nic_bandwidth": "400Gbps",
                               "backend": args.backend}
     script_args = ["--model", args.model, "--batch-size", str(args.batch_size),
-                   "--seq-len", str(args.seq_len), "--steps", str(steps),
+                   "--seq-len", str(args.seq_len), "--steps", str(args.steps),
                    "--num-workers", str(args.num_workers)]
     return {"name": f"bench-live-ddp-{ranks}", "cluster": cluster,
             "workload": {"script": str(SCRIPT), "args": script_args,
                          "nproc_per_node": gpus_per_host, "env": {"OMP_NUM_THREADS": "1"}}}
 
 
+def _stat_fields(pid: int) -> list[str] | None:
+    """``/proc/PID/stat`` after the command name (which may hold spaces and ')')."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:  # exited meanwhile
+        return None
+
+
 def _children() -> dict[int, list[int]]:
     """Parent pid -> child pids, for every process now."""
     tree: dict[int, list[int]] = {}
     for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = Path(entry.path, "stat").read_text()
-        except OSError:  # exited meanwhile
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])  # the name may hold spaces and ')'
-        tree.setdefault(ppid, []).append(int(entry.name))
+        if entry.name.isdigit() and (fields := _stat_fields(int(entry.name))) is not None:
+            tree.setdefault(int(fields[1]), []).append(int(entry.name))
     return tree
+
+
+def _levels(root: int) -> list[list[int]]:
+    """``root``'s process tree by depth: ``[[root], children, grandchildren, ...]``."""
+    tree = _children()
+    levels = [[root]]
+    while next_level := [child for pid in levels[-1] for child in tree.get(pid, [])]:
+        levels.append(next_level)
+    return levels
+
+
+def tree_cpu_s(root: int) -> float:
+    """User + system CPU seconds of ``root`` and every live descendant."""
+    ticks = 0
+    for pid in (pid for level in _levels(root) for pid in level):
+        if (fields := _stat_fields(pid)) is not None:
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime (proc(5) fields 14, 15)
+    return ticks / CLOCK_TICKS
 
 
 def _memory_mb(pid: int) -> tuple[float, float] | None:
@@ -127,82 +152,102 @@ def _memory_mb(pid: int) -> tuple[float, float] | None:
     return kib["Pss"] / 1024, kib["Rss"] / 1024
 
 
-class RankMemorySampler:
-    """Peak PSS and RSS of each process ``RANK_DEPTH`` levels below ``root``, while it runs."""
+class RankMemory:
+    """Peak PSS and RSS of each process ``RANK_DEPTH`` levels below a root."""
 
-    def __init__(self, root: int) -> None:
-        self.root = root
+    def __init__(self) -> None:
         self.peaks: dict[int, tuple[float, float]] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
 
-    def _run(self) -> None:
-        while not self._stop.wait(SAMPLE_INTERVAL_S):
-            tree = _children()
-            level = [self.root]
-            for _ in range(RANK_DEPTH):
-                level = [child for pid in level for child in tree.get(pid, [])]
-            for pid in level:
-                memory = _memory_mb(pid)
-                if memory is not None:
-                    pss, rss = self.peaks.get(pid, (0.0, 0.0))
-                    self.peaks[pid] = (max(pss, memory[0]), max(rss, memory[1]))
+    def sample(self, root: int) -> None:
+        levels = _levels(root)
+        for pid in levels[RANK_DEPTH] if len(levels) > RANK_DEPTH else []:
+            if (memory := _memory_mb(pid)) is not None:
+                pss, rss = self.peaks.get(pid, (0.0, 0.0))
+                self.peaks[pid] = (max(pss, memory[0]), max(rss, memory[1]))
 
-    def stop(self) -> tuple[list[float], list[float]]:
-        """Stop sampling; the peak PSS and RSS of each rank process seen, in MiB."""
-        self._stop.set()
-        self._thread.join()
-        return ([round(p, 1) for p, _ in self.peaks.values()],
-                [round(r, 1) for _, r in self.peaks.values()])
+    def peak_mb(self) -> tuple[float | None, float | None]:
+        """The largest per-rank PSS and RSS seen (None if no rank was ever sampled)."""
+        if not self.peaks:
+            return None, None
+        return (round(max(p for p, _ in self.peaks.values()), 1),
+                round(max(r for _, r in self.peaks.values()), 1))
 
 
-def run_once(ranks: int, steps: int, args: argparse.Namespace, work: Path) -> Run:
-    """Run the scenario in a fresh ``phantora-ns3`` process; measure it."""
-    path = work / f"ddp-{ranks}-{steps}.yaml"
-    path.write_text(yaml.safe_dump(scenario(ranks, args, steps), sort_keys=False))
-    out = work / path.stem
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "phantora.cli", str(path), "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    sampler = RankMemorySampler(proc.pid)
-    console_out, _ = proc.communicate(timeout=args.timeout)
-    wall = time.perf_counter() - start
-    pss, rss = sampler.stop()
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode != 0:
-        raise SystemExit(f"{path.name} failed (exit {proc.returncode}):\n{console_out[-4000:]}")
-    summary = json.loads((out / "summary.json").read_text())
-    rank0 = (out / "ranks" / "rank0.log").read_text()
-    mean_step = MEAN_STEP.search(rank0)
-    return Run(steps=steps, wall_s=round(wall, 2),
-               cpu_s=round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 2),
-               overhead_cpu_s=summary.get("overhead_cpu_seconds", {}),
-               sim_step_ms=float(mean_step[1]) if mean_step else None,
-               rank_pss_mb=pss, rank_rss_mb=rss)
+def follow(proc: subprocess.Popen[bytes], log: Path, start_s: float,
+           memory: RankMemory) -> list[StepMark]:
+    """Until ``proc`` exits: read new lines of rank 0's ``log``, mark each step line."""
+    marks: list[StepMark] = []
+    pending = ""
+    offset = 0
+    polls = 0
+    while True:
+        running = proc.poll() is None
+        if log.exists():
+            with log.open() as file:
+                file.seek(offset)
+                pending += file.read()
+                offset = file.tell()
+            *lines, pending = pending.split("\n")
+            for line in lines:
+                if match := STEP_LINE.match(line):
+                    marks.append(StepMark(int(match[1]), time.perf_counter() - start_s,
+                                          tree_cpu_s(proc.pid), float(match[2])))
+        if not running:
+            return marks
+        if polls % 5 == 0:
+            memory.sample(proc.pid)
+        polls += 1
+        time.sleep(POLL_S)
 
 
 def measure(ranks: int, args: argparse.Namespace, work: Path) -> Row:
-    """Two runs of different length; the per-step cost is their difference."""
-    short_steps, long_steps = args.steps
-    short = run_once(ranks, short_steps, args, work)
-    long = run_once(ranks, long_steps, args, work)
-    extra = long_steps - short_steps
-    shares = None
-    if all(part in long.overhead_cpu_s and part in short.overhead_cpu_s
-           for part in OVERHEAD_PARTS):
-        per_part = {part: long.overhead_cpu_s[part] - short.overhead_cpu_s[part]
-                    for part in OVERHEAD_PARTS}
-        total = sum(per_part.values())
-        shares = {part: round(100 * s / total, 1) if total > 0 else 0.0
-                  for part, s in per_part.items()}
-    return Row(ranks=ranks, hosts=max(1, ranks // GPUS_PER_HOST),
-               wall_s_per_step=round((long.wall_s - short.wall_s) / extra, 2),
-               cpu_s_per_step=round((long.cpu_s - short.cpu_s) / extra, 2),
-               sim_step_ms=long.sim_step_ms, shares_pct=shares,
-               rank_pss_mb=max(long.rank_pss_mb, default=None),
-               rank_rss_mb=max(long.rank_rss_mb, default=None), short=short, long=long)
+    """Run the scenario for ``ranks`` in a fresh ``phantora-ns3`` process; measure its steps."""
+    path = work / f"ddp-{ranks}.yaml"
+    path.write_text(yaml.safe_dump(scenario(ranks, args), sort_keys=False))
+    out = work / path.stem
+    console_log = work / f"{path.stem}.console"
+    memory = RankMemory()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    with console_log.open("wb") as console:
+        proc = subprocess.Popen([sys.executable, "-m", "phantora.cli", str(path),
+                                 "--out", str(out)], stdout=console, stderr=subprocess.STDOUT)
+        watchdog = threading.Timer(args.timeout, proc.kill)
+        watchdog.start()
+        try:
+            marks = follow(proc, out / "ranks" / "rank0.log", start, memory)
+        finally:
+            watchdog.cancel()
+    run_wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise SystemExit(f"{path.name} failed (exit {proc.returncode}):\n"
+                         f"{console_log.read_text()[-4000:]}")
+    steady = [(later.wall_s - earlier.wall_s, later.cpu_s - earlier.cpu_s, later.sim_ms)
+              for earlier, later in zip(marks, marks[1:], strict=False)
+              if later.step > WARMUP_STEPS]
+    if not steady:
+        raise SystemExit(f"{path.name}: rank 0 reported {len(marks)} step lines; the bench "
+                         f"needs --steps > {WARMUP_STEPS}")
+    summary = json.loads((out / "summary.json").read_text())
+    pss, rss = memory.peak_mb()
+    return Row(ranks=ranks, hosts=max(1, ranks // GPUS_PER_HOST), steps_measured=len(steady),
+               wall_s_per_step=round(statistics.median(s[0] for s in steady), 2),
+               cpu_s_per_step=round(statistics.median(s[1] for s in steady), 2),
+               sim_ms_per_step=round(statistics.median(s[2] for s in steady), 2),
+               shares_pct=shares(summary.get("overhead_cpu_seconds", {})),
+               rank_pss_mb=pss, rank_rss_mb=rss, run_wall_s=round(run_wall, 1),
+               run_cpu_s=round(after.ru_utime + after.ru_stime
+                               - before.ru_utime - before.ru_stime, 1))
+
+
+def shares(overhead_cpu_s: dict[str, float]) -> dict[str, float] | None:
+    """Each part's percentage of the simulator's CPU time; None until all are reported."""
+    if not all(part in overhead_cpu_s for part in OVERHEAD_PARTS):
+        return None
+    total = sum(overhead_cpu_s[part] for part in OVERHEAD_PARTS)
+    return {part: round(100 * overhead_cpu_s[part] / total, 1) if total > 0 else 0.0
+            for part in OVERHEAD_PARTS}
 
 
 def _cell(value: object) -> str:
@@ -215,19 +260,19 @@ def print_table(rows: list[dict[str, Any]], header: str, title: str) -> None:
     table = Table(title=title)
     columns = ["ranks", "hosts", "wall s/step", "CPU s/step", "sim ms/step", "fake exec %",
                "intercept %", "coordinator %", "network %", "rank PSS MB", "rank RSS MB",
-               "wall s (runs)"]
+               "run wall s", "run CPU s"]
     for column in columns:
         table.add_column(column, justify="right")
     for row in rows:
-        shares = row["shares_pct"] or {}
+        part_shares = row["shares_pct"] or {}
         table.add_row(*map(_cell, [row["ranks"], row["hosts"], row["wall_s_per_step"],
-                                   row["cpu_s_per_step"], row["sim_step_ms"],
-                                   *(shares.get(part) for part in OVERHEAD_PARTS),
-                                   row["rank_pss_mb"], row["rank_rss_mb"]]),
-                      f"{row['short']['wall_s']:.0f} / {row['long']['wall_s']:.0f}")
+                                   row["cpu_s_per_step"], row["sim_ms_per_step"],
+                                   *(part_shares.get(part) for part in OVERHEAD_PARTS),
+                                   row["rank_pss_mb"], row["rank_rss_mb"], row["run_wall_s"],
+                                   row["run_cpu_s"]]))
     console = Console()
     if not console.is_terminal:
-        console = Console(width=160)  # keep rows whole in logs and pipes
+        console = Console(width=200)  # keep rows whole in logs and pipes
     console.print(header)
     console.print(table)
 
@@ -241,8 +286,8 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=1024)
     parser.add_argument("--num-workers", type=int, default=0,
                         help="DataLoader workers per rank (0: measure the simulator alone)")
-    parser.add_argument("--steps", type=int, nargs=2, default=[2, 5], metavar=("SHORT", "LONG"),
-                        help="steps of the two runs whose difference is measured")
+    parser.add_argument("--steps", type=int, default=6,
+                        help=f"training steps per run; the first {WARMUP_STEPS} are not measured")
     parser.add_argument("--backend", choices=["ns3", "flow"], default="ns3",
                         help="network backend between hosts")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per run")
@@ -254,11 +299,14 @@ def main() -> None:
         print_table(saved["rows"], saved["header"], saved["title"])
         return
     for ranks in args.ranks:
+        if ranks < 1:
+            parser.error(f"--ranks {ranks}: need at least one rank")
         if ranks > GPUS_PER_HOST and ranks % GPUS_PER_HOST:
             parser.error(f"--ranks {ranks}: more than {GPUS_PER_HOST} ranks must fill whole "
                          f"{GPUS_PER_HOST}-GPU hosts")
-    if args.steps[1] <= args.steps[0]:
-        parser.error(f"--steps {args.steps[0]} {args.steps[1]}: LONG must exceed SHORT")
+    if args.steps <= WARMUP_STEPS:
+        parser.error(f"--steps {args.steps}: the first {WARMUP_STEPS} are warm-up; "
+                     f"run at least {WARMUP_STEPS + 1}")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                             capture_output=True, text=True).stdout.strip()
     header = (f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "

@@ -1,14 +1,17 @@
-"""Every bundled scenario runs end to end through the CLI and writes a sane summary.json."""
+"""Every bundled collectives scenario runs end to end through the CLI and writes a sane
+summary.json (script scenarios: ``test_live_scenarios.py``)."""
 
 import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from phantora.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
-SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
+SCENARIOS = sorted(path for path in (ROOT / "scenarios").glob("*.yaml")
+                   if "collectives" in yaml.safe_load(path.read_text())["workload"])
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda p: p.stem)
