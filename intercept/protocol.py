@@ -97,11 +97,25 @@ class Sync:
 
 
 @dataclass(frozen=True, slots=True)
+class RankStats:
+    """What a rank measured about itself, sent with its :class:`Exit` for ``summary.json``."""
+
+    script_cpu_ns: int = 0
+    """CPU time counted as the script's (its Python and framework work): virtual time."""
+    simulator_cpu_ns: int = 0
+    """CPU time the rank spent inside the simulator (fake execution, recording, messaging),
+    kept out of virtual time."""
+    peak_memory_bytes: int = 0
+    """``torch.cuda.max_memory_allocated()`` at exit."""
+
+
+@dataclass(frozen=True, slots=True)
 class Exit:
     """The rank's script ended (``status`` 0) or raised (``traceback`` holds the text)."""
 
     status: int
     traceback: str = ""
+    stats: RankStats = RankStats()
 
 
 @dataclass(slots=True)

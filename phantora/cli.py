@@ -89,6 +89,12 @@ def _script(scenario: Scenario, summary: Summary, topology: Topology, gpu: GpuSp
     summary.collectives = collective_rows(result.collectives)
     summary.compute_coverage = coverage.to_dict()
     summary.counts = dict(result.counts)
+    ns3_s = float(backend.stats().extra.get("inter.run_cpu_s", 0.0))
+    summary.cpu_seconds = {
+        "ranks_script": round(sum(r.script_cpu_ns for r in result.ranks) / 1e9, 3),
+        "ranks_simulator": round(sum(r.simulator_cpu_ns for r in result.ranks) / 1e9, 3),
+        "coordinator": round(time.process_time() - ns3_s, 3),
+        "ns3": round(ns3_s, 3)}
     summary.simulated_ns = result.simulated_ns
     write_trace(result, out_dir / "trace.json")
 

@@ -11,10 +11,10 @@ and one run suffices. Per step it reports:
 
 * wall and CPU seconds (CPU: this machine's 2 cores are shared, so CPU is the steadier figure);
 * the simulated step time the script itself printed (median over the same steps);
-* the shares of fake execution, interception, coordinator and network in the simulator's CPU
-  time over the whole run, from ``summary.json["overhead_cpu_seconds"]`` (``fake_execution``,
-  ``interception``, ``coordinator``, ``network``: seconds summed over processes) once the live
-  path reports it, "-" until then;
+* the shares of the CPU time over the whole run from ``summary.json["cpu_seconds"]``:
+  ``ranks_script`` (the scripts' own work), ``ranks_simulator`` (fake execution, kernel
+  recording and messaging inside the ranks), ``coordinator`` (engine, planning, NVLink model)
+  and ``ns3`` (packet-level fabric), seconds summed over processes;
 * peak memory per rank process, PSS and RSS, sampled from ``/proc`` (ranks are the
   grandchildren of the ``phantora-ns3`` process: coordinator -> fork server -> ranks). PSS
   counts pages shared with the fork server once, so it is the fair per-rank cost.
@@ -56,8 +56,8 @@ SCRIPT = ROOT / "scenarios" / "examples" / "gpt_ddp.py"
 GPUS_PER_HOST = 8
 WARMUP_STEPS = 2
 """Steps left out of the per-step figures (DDP's first bucket, then its bucket rebuild)."""
-OVERHEAD_PARTS = ("fake_execution", "interception", "coordinator", "network")
-"""Keys of ``summary.json["overhead_cpu_seconds"]``, in table order."""
+OVERHEAD_PARTS = ("ranks_script", "ranks_simulator", "coordinator", "ns3")
+"""Keys of ``summary.json["cpu_seconds"]``, in table order."""
 RANK_DEPTH = 2
 """Rank processes are grandchildren of the phantora-ns3 process (coordinator -> fork server)."""
 POLL_S = 0.05
@@ -235,7 +235,7 @@ def measure(ranks: int, args: argparse.Namespace, work: Path) -> Row:
                wall_s_per_step=round(statistics.median(s[0] for s in steady), 2),
                cpu_s_per_step=round(statistics.median(s[1] for s in steady), 2),
                sim_ms_per_step=round(statistics.median(s[2] for s in steady), 2),
-               shares_pct=shares(summary.get("overhead_cpu_seconds", {})),
+               shares_pct=shares(summary.get("cpu_seconds", {})),
                rank_pss_mb=pss, rank_rss_mb=rss, run_wall_s=round(run_wall, 1),
                run_cpu_s=round(after.ru_utime + after.ru_stime
                                - before.ru_utime - before.ru_stime, 1))
@@ -258,8 +258,8 @@ def _cell(value: object) -> str:
 
 def print_table(rows: list[dict[str, Any]], header: str, title: str) -> None:
     table = Table(title=title)
-    columns = ["ranks", "hosts", "wall s/step", "CPU s/step", "sim ms/step", "fake exec %",
-               "intercept %", "coordinator %", "network %", "rank PSS MB", "rank RSS MB",
+    columns = ["ranks", "hosts", "wall s/step", "CPU s/step", "sim ms/step", "script %",
+               "rank sim %", "coordinator %", "ns-3 %", "rank PSS MB", "rank RSS MB",
                "run wall s", "run CPU s"]
     for column in columns:
         table.add_column(column, justify="right")

@@ -36,6 +36,7 @@ from intercept.protocol import (
     Collective,
     EventRecord,
     Kernel,
+    RankStats,
     Reply,
     StreamWait,
     Sync,
@@ -131,6 +132,11 @@ class RankResult:
     """Virtual time its CPU spent waiting in host syncs."""
     kernels: int
     collectives: int
+    script_cpu_ns: int = 0
+    """CPU time the rank counted as its script's (see :class:`intercept.protocol.RankStats`)."""
+    simulator_cpu_ns: int = 0
+    """CPU time the rank spent inside the simulator, kept out of its virtual time."""
+    peak_memory_bytes: int = 0
 
 
 @dataclass
@@ -179,6 +185,7 @@ class _Rank:
         "promise_ns",
         "rank",
         "state",
+        "stats",
         "sync",
         "token",
     )
@@ -197,6 +204,8 @@ class _Rank:
         """Counts syncs, so a completion that fires after its sync was answered is ignored."""
         self.blocked_ns = 0
         self.collectives = 0
+        self.stats = RankStats()
+        """What the rank reported about itself when it exited."""
 
 
 class LiveEngine:
@@ -298,6 +307,7 @@ class LiveEngine:
         rank.promise_ns = batch.clock_ns
         if batch.exit is not None:
             rank.state = _State.FINISHED
+            rank.stats = batch.exit.stats
         elif batch.sync is not None:
             if batch.sync.at_ns < floor_ns:
                 raise SimulationError(f"rank {rank.rank} synced at {batch.sync.at_ns} ns, earlier "
@@ -493,7 +503,9 @@ class LiveEngine:
 
     def _result(self) -> LiveResult:
         ranks = [RankResult(rank.rank, rank.gpu, rank.promise_ns, rank.device.gpu_end_ns,
-                            rank.blocked_ns, rank.device.kernels, rank.collectives)
+                            rank.blocked_ns, rank.device.kernels, rank.collectives,
+                            rank.stats.script_cpu_ns, rank.stats.simulator_cpu_ns,
+                            rank.stats.peak_memory_bytes)
                  for rank in self._ranks]
         kernels = sorted((span for rank in self._ranks for span in rank.device.spans),
                          key=lambda s: (s.rank, s.stream, s.start_ns, s.end_ns, s.name))

@@ -50,6 +50,11 @@ class Summary:
     """Live runs only: where simulated GPU time came from (roofline, fallback), top ops."""
     counts: dict[str, int] = field(default_factory=dict)
     """Live runs only: batches, ops, kernels, syncs, collectives, flows the engine handled."""
+    cpu_seconds: dict[str, float] = field(default_factory=dict)
+    """Live runs only, where the simulator's CPU went: ``ranks_script`` (the scripts' own
+    work, counted in virtual time), ``ranks_simulator`` (fake execution, kernel recording and
+    messaging inside the ranks), ``coordinator`` (engine, collective planning, NVLink model)
+    and ``ns3`` (packet-level fabric)."""
     network: dict[str, Any] = field(default_factory=dict)
     simulated_ns: int = 0
     wall_seconds: dict[str, float] = field(default_factory=dict)
