@@ -270,9 +270,7 @@ def print_table(rows: list[dict[str, Any]], header: str, title: str) -> None:
                                    *(part_shares.get(part) for part in OVERHEAD_PARTS),
                                    row["rank_pss_mb"], row["rank_rss_mb"], row["run_wall_s"],
                                    row["run_cpu_s"]]))
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=200)  # keep rows whole in logs and pipes
+    console = Console(width=200)  # full rows even when piped to a file
     console.print(header)
     console.print(table)
 

@@ -72,7 +72,7 @@ def print_table(rows: list[dict[str, object]], header: str) -> None:
     for row in rows:
         table.add_row(*(f"{row[c]:.1f}" if isinstance(row[c], float) else str(row[c])
                         for c in columns))
-    console = Console()
+    console = Console(width=200)  # full rows even when piped to a file
     console.print(header)
     console.print(table)
 

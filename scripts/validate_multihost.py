@@ -52,7 +52,7 @@ def main() -> None:
     parser.add_argument("--backend", nargs="*", default=["ns3", "flow"], choices=["ns3", "flow"])
     parser.add_argument("--size", default="256MiB")
     args = parser.parse_args()
-    console = Console()
+    console = Console(width=200)  # full rows even when piped to a file
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                             capture_output=True, text=True).stdout.strip()
     console.print(f"machine: {platform.node()}, Python {platform.python_version()}; "
