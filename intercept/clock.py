@@ -12,6 +12,37 @@ so ranks that time-share the simulation machine's few cores do not slow each oth
 rank blocked on the coordinator gains nothing. The interceptor's own work (fake-tensor dispatch,
 recording, pickling, IPC) runs inside :meth:`VirtualClock.excluded` and is subtracted per thread.
 
+Where the fake-CUDA shim is loaded (every rank process) the excluded CPU is the shim's account
+(``intercept.shim.NativeExclusion``; elsewhere, in tests and tools, the clock keeps its own
+per-thread account). It holds what no Python section can reach, so that an intercepted op costs
+about what a plain Python call costs, plus the runtime's modelled launch overhead:
+
+* timed (each thread's CPU clock around the call): every call torch's C++ makes into Python
+  (the ``__torch_dispatch__`` trampoline, ~7,400 ``prim.device`` queries of FakeTensors per
+  GPT-2 step, the decrefs that deallocate FakeTensors C++ kept, with the GIL hand-overs), the
+  stream/event callback, and the simulator's Python bookkeeping outside the fake mode
+  (``shim.simulator_time()``). Real CPU work a callback runs for the script (small all-CPU
+  ops) is cut out of it again (``shim.script_time()``).
+* deducted, as calibrated once per process before ranks fork (``intercept.patches.install``;
+  ``shim.Deductions``): per outermost section, what timing it costs outside it (two clock
+  reads, ~0.25 us); per outermost op dispatch, the C++ glue around the call into Python (the
+  binding's argument parsing, the dispatcher up to the Python key, the fallback's argument
+  conversion): counted CPU per ``x.add_(y)`` minus per plain Python call of two arguments,
+  the smallest of 10 rounds of 100 (``fake_mode.calibrate_dispatch_glue``; 2.0-2.7 us on the
+  2-core development machine). A deduction takes at most the CPU time its thread spent counted
+  since the previous one of its kind, so it never takes another thread's time, nor more than
+  was spent; readings stay monotonic (below).
+
+Error, per intercepted op, of ``launch overhead + plain call`` (``tests/intercept/
+test_overhead.py``; 2 shared cores): +0.3-1 us in a tight loop of a trivial op; +1-2.5 us for
+ops that make and free tensors, query metadata or alternate with other Python work (the glue's
+cache misses after other work are not deducted; a real host's dispatch path has them too); up
+to +4 us after syscall-heavy code. The deduction holds the machine's load at calibration time:
+a busier machine later leaves more glue in, a quieter one takes up to ~2 us per op off the
+script's CPU time. Ops the autograd engine issues have no Python binding around them, so part
+of their deduction comes out of the engine's own work (not measured apart). Left in: Python's
+deallocation of FakeTensors the script drops (~0.6 us each, a real tensor's ~0.2 us).
+
 In *reproducible* mode the CPU is not measured at all: every intercepted op (see
 :meth:`VirtualClock.tick`) costs a fixed ``op_cost_ns`` instead, so two runs give bit-identical
 times.
@@ -26,6 +57,9 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
+from typing import Protocol
+
+from intercept import shim
 
 _NS_PER_S = 1_000_000_000
 
@@ -36,6 +70,19 @@ _pthread_getcpuclockid = time.pthread_getcpuclockid
 _real_sleep = time.sleep
 
 
+class ExcludedCpu(Protocol):
+    """An account of excluded CPU time: sections to enter, and their total over all threads."""
+
+    def __enter__(self) -> None: ...
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None: ...
+
+    def total_ns(self) -> int:
+        """Excluded CPU of all threads so far, open sections up to now included (any origin)."""
+        ...
+
+
 class VirtualClock:
     """One rank's virtual time in integer ns; thread-safe.
 
@@ -43,10 +90,13 @@ class VirtualClock:
     virtual time 0 (give every rank the same value so their wall clocks agree; default: the real
     wall clock now). ``op_cost_ns``: ``None`` measures the script's CPU time; an int switches to
     reproducible mode, where each :meth:`tick` costs that much and nothing is measured.
+    ``excluded_cpu``: where excluded CPU is accounted; default the shim's account if the shim is
+    loaded in this process (there is one per process, shared by every clock in it), else one of
+    the clock's own.
     """
 
     def __init__(self, *, start_ns: int = 0, epoch_ns: int | None = None,
-                 op_cost_ns: int | None = None) -> None:
+                 op_cost_ns: int | None = None, excluded_cpu: ExcludedCpu | None = None) -> None:
         if op_cost_ns is not None and op_cost_ns < 0:
             raise ValueError(f"op_cost_ns is {op_cost_ns}; a cost is >= 0 ns")
         self.epoch_ns = time.time_ns() if epoch_ns is None else epoch_ns
@@ -55,21 +105,19 @@ class VirtualClock:
         self._offset_ns = start_ns
         """Everything that is not measured CPU time: start, charges, ticks, jumps."""
         self._last_ns = start_ns
+        if excluded_cpu is None:
+            excluded_cpu = shim.native_exclusion() or ThreadCpuExclusion()
+        self._excluded_cpu = excluded_cpu
+        self._excluded_origin_ns = excluded_cpu.total_ns()
         self._cpu_origin_ns = _process_time_ns()
-        self._excluded_cpu_ns = 0
-        """CPU time of closed excluded sections, all threads."""
-        self._open: dict[int, tuple[int, int]] = {}
-        """Thread ident -> (its CPU clock id, its CPU time at entry) for open excluded sections."""
-        self._exclusion = _Exclusion(self) if op_cost_ns is None else _NO_EXCLUSION
+        self._exclusion: AbstractContextManager[None] = (
+            excluded_cpu if op_cost_ns is None else _NO_EXCLUSION)
         os.register_at_fork(after_in_child=self._forget_threads)
 
     def _forget_threads(self) -> None:
-        """In a forked child (a DataLoader worker) only the forking thread lives on, with a new
-        thread id and CPU clock, and the lock may have been held by a thread that is gone."""
+        """In a forked child (a DataLoader worker) the lock may have been held by a thread that
+        is gone."""
         self._lock = threading.Lock()
-        self._open.clear()
-        if isinstance(self._exclusion, _Exclusion):
-            self._exclusion.forget_threads()
 
     @property
     def reproducible(self) -> bool:
@@ -111,41 +159,56 @@ class VirtualClock:
                 self._offset_ns += t_ns - raw
                 self._last_ns = t_ns
 
+    def cpu_split_ns(self) -> tuple[int, int]:
+        """``(script, simulator)``: process CPU since the clock started, split into what counted
+        as the script's and what the excluded sections took. Reproducible mode measures no
+        script CPU, so all of it is reported as the simulator's."""
+        cpu_ns = _process_time_ns() - self._cpu_origin_ns
+        if self.op_cost_ns is not None:
+            return 0, cpu_ns
+        excluded_ns = self._excluded_cpu.total_ns() - self._excluded_origin_ns
+        return cpu_ns - excluded_ns, excluded_ns
+
     def _raw_ns(self) -> int:
         """The unclamped reading; call with the lock held."""
         if self.op_cost_ns is not None:
             return self._offset_ns
-        # Open sections first, process CPU last: CPU that runs between the two reads is
+        # Excluded sections first, process CPU last: CPU that runs between the two reads is
         # counted as the script's (a few ns), never subtracted twice.
-        open_ns = sum(_clock_gettime_ns(clock_id) - entry_ns
-                      for clock_id, entry_ns in self._open.values())
+        excluded_ns = self._excluded_cpu.total_ns() - self._excluded_origin_ns
         cpu_ns = _process_time_ns() - self._cpu_origin_ns
-        return self._offset_ns + cpu_ns - self._excluded_cpu_ns - open_ns
-
-    def _enter_excluded(self, ident: int, clock_id: int) -> None:
-        entry_ns = _clock_gettime_ns(clock_id)
-        with self._lock:
-            self._open[ident] = (clock_id, entry_ns)
-
-    def _exit_excluded(self, ident: int) -> None:
-        with self._lock:
-            clock_id, entry_ns = self._open.pop(ident)
-            self._excluded_cpu_ns += _clock_gettime_ns(clock_id) - entry_ns
+        return self._offset_ns + cpu_ns - excluded_ns
 
 
-class _Exclusion:
-    """The reusable context manager behind :meth:`VirtualClock.excluded` (a class, not a
-    generator: it runs on every intercepted op, so it must be cheap)."""
+class ThreadCpuExclusion:
+    """An :class:`ExcludedCpu` kept in Python: each thread's outermost section is timed with that
+    thread's CPU clock. A reusable context manager (a class, not a generator: it runs on every
+    intercepted op, so it must be cheap)."""
 
-    __slots__ = ("_clock", "_local")
+    __slots__ = ("_closed_ns", "_local", "_lock", "_open")
 
-    def __init__(self, clock: VirtualClock) -> None:
-        self._clock = clock
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
         self._local = threading.local()
+        self._closed_ns = 0
+        """CPU time of closed sections, all threads."""
+        self._open: dict[int, tuple[int, int]] = {}
+        """Thread ident -> (its CPU clock id, its CPU time at entry) for open sections."""
+        os.register_at_fork(after_in_child=self._forget_threads)
 
-    def forget_threads(self) -> None:
-        """Drop every thread's cached CPU clock id and nesting depth (after a fork)."""
+    def _forget_threads(self) -> None:
+        """In a forked child (a DataLoader worker) only the forking thread lives on, with a new
+        thread id and CPU clock, and the lock may have been held by a thread that is gone."""
+        self._lock = threading.Lock()
         self._local = threading.local()
+        self._open.clear()
+
+    def total_ns(self) -> int:
+        """Excluded CPU of all threads so far, open sections up to now included."""
+        with self._lock:
+            open_ns = sum(_clock_gettime_ns(clock_id) - entry_ns
+                          for clock_id, entry_ns in self._open.values())
+            return self._closed_ns + open_ns
 
     def __enter__(self) -> None:
         local = self._local
@@ -156,14 +219,18 @@ class _Exclusion:
             clock_id = getattr(local, "clock_id", None)
             if clock_id is None:
                 clock_id = local.clock_id = _pthread_getcpuclockid(ident)
-            self._clock._enter_excluded(ident, clock_id)
+            entry_ns = _clock_gettime_ns(clock_id)
+            with self._lock:
+                self._open[ident] = (clock_id, entry_ns)
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         local = self._local
         local.depth -= 1
         if local.depth == 0:
-            self._clock._exit_excluded(threading.get_ident())
+            with self._lock:
+                clock_id, entry_ns = self._open.pop(threading.get_ident())
+                self._closed_ns += _clock_gettime_ns(clock_id) - entry_ns
 
 
 class _NoExclusion:

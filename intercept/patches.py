@@ -397,24 +397,27 @@ def sdpa_cuda(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     A CPU build's composite SDPA only knows the math path (bmm, softmax, bmm) for 'cuda'.
     NB: grouped-query attention is expanded with repeat_interleave (copies real kernels skip).
     """
-    aten = torch.ops.aten
-    backends = torch.backends.cuda
-    if enable_gqa and key.size(-3) != query.size(-3):
-        repeats = query.size(-3) // key.size(-3)
-        key = key.repeat_interleave(repeats, -3)
-        value = value.repeat_interleave(repeats, -3)
-    four_d = query.dim() == 4
-    if (backends.flash_sdp_enabled() and four_d and attn_mask is None
-            and query.dtype in (torch.float16, torch.bfloat16) and query.size(-1) <= 256):
-        return aten._scaled_dot_product_flash_attention(
-            query, key, value, dropout_p, is_causal, False, scale=scale)[0]
-    if backends.mem_efficient_sdp_enabled() and four_d:
-        needs_logsumexp = torch.is_grad_enabled() and any(
-            t.requires_grad for t in (query, key, value))
-        return aten._scaled_dot_product_efficient_attention(
-            query, key, value, attn_mask, needs_logsumexp, dropout_p, is_causal, scale=scale)[0]
-    return aten._scaled_dot_product_attention_math(
-        query, key, value, attn_mask, dropout_p, is_causal, scale=scale)[0]
+    # The selection stands in for C++ code: the simulator's time; the kernels dispatch as usual.
+    with shim.simulator_time():
+        aten = torch.ops.aten
+        backends = torch.backends.cuda
+        if enable_gqa and key.size(-3) != query.size(-3):
+            repeats = query.size(-3) // key.size(-3)
+            key = key.repeat_interleave(repeats, -3)
+            value = value.repeat_interleave(repeats, -3)
+        four_d = query.dim() == 4
+        if (backends.flash_sdp_enabled() and four_d and attn_mask is None
+                and query.dtype in (torch.float16, torch.bfloat16) and query.size(-1) <= 256):
+            return aten._scaled_dot_product_flash_attention(
+                query, key, value, dropout_p, is_causal, False, scale=scale)[0]
+        if backends.mem_efficient_sdp_enabled() and four_d:
+            needs_logsumexp = torch.is_grad_enabled() and any(
+                t.requires_grad for t in (query, key, value))
+            return aten._scaled_dot_product_efficient_attention(
+                query, key, value, attn_mask, needs_logsumexp, dropout_p, is_causal,
+                scale=scale)[0]
+        return aten._scaled_dot_product_attention_math(
+            query, key, value, attn_mask, dropout_p, is_causal, scale=scale)[0]
 
 
 # --- the table --------------------------------------------------------------------------------
@@ -566,6 +569,12 @@ def install(gpu: GpuSpec, device_count: int) -> FakeDevices:
         replacements[id(original)] = (original, new)
     _rebind_copies(replacements)
     shim.mark_cuda_initialized()
+    # The simulator's own CPU time: every call from torch into Python, and deductions for what
+    # no section covers, measured once here (a fork server's ranks inherit them).
+    shim.exclude_interpreter_callbacks()
+    section_ns = shim.calibrate_section_deduction()
+    shim.set_deductions(shim.Deductions(section_ns, 0))
+    shim.set_deductions(shim.Deductions(section_ns, fake_mode.calibrate_dispatch_glue()))
     return _installed
 
 

@@ -152,8 +152,17 @@ def _run(spec: LaunchSpec, rank: int, kernel_duration: KernelDurationModel) -> i
             if not thread.daemon and thread is not threading.current_thread():
                 thread.join()
         atexit._run_exitfuncs()
-    runtime.finish(status, trace)
+    runtime.finish(status, trace, _peak_memory_bytes(spec, runtime.local_rank))
     return status
+
+
+def _peak_memory_bytes(spec: LaunchSpec, device: int) -> int:
+    """``torch.cuda.max_memory_allocated`` of the rank's GPU (since the script's last reset)."""
+    if not spec.fake_device:
+        return 0
+    import torch
+
+    return int(torch.cuda.max_memory_allocated(device))
 
 
 def _enter_and_run(spec: LaunchSpec, script: str) -> None:

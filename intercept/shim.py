@@ -5,6 +5,13 @@ and the accelerator stays "none" for the life of the process. The shim registers
 "CUDA is built" plus a CUDA device guard, so it must be in the process (loaded ``RTLD_GLOBAL``)
 before the first ``import torch``.
 
+The shim also keeps the process's account of *excluded* CPU time, the simulator's own (see
+``intercept.clock``): sections Python opens (:class:`NativeExclusion`), every call torch's C++
+makes into Python (:func:`exclude_interpreter_callbacks`: ``__torch_dispatch__``, ``prim.device``
+queries of FakeTensors) and every call of the stream/event callback, plus calibrated
+:class:`Deductions` for what no section covers. One account serves Python and C++, so sections
+nest correctly across the two.
+
 The library is compiled with ``g++`` at first use against the headers shipped in the installed
 torch wheel and cached under ``~/.cache/phantora-ns3/fakecuda/<key>/`` where the key hashes the
 source, the torch version and its location; a file lock keeps concurrent processes (a fork
@@ -21,9 +28,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from enum import IntEnum
 from pathlib import Path
+from types import TracebackType
+from typing import NamedTuple
 
 from phantora.errors import MissingDependencyError, SimulationError
 
@@ -47,12 +57,20 @@ class CallbackOp(IntEnum):
 CALLBACK_TYPE = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
 """``int64_t callback(int op, int64_t a, int64_t b)``; a negative result reports a failure."""
 
+SECTION_CALIBRATION_ROUNDS = 20
+SECTION_CALIBRATION_SECTIONS = 1000
+""":func:`calibrate_section_deduction` times this many rounds of this many sections (~10 ms)."""
+
 _SET_REQUIRES_DEVICE_INIT = "_ZN5torch5utils24set_requires_device_initEN3c1010DeviceTypeEb"
 """``torch::utils::set_requires_device_init(c10::DeviceType, bool)``, mangled."""
 CUDA_DEVICE_TYPE = 1
 """``c10::DeviceType::CUDA`` (also what the ``torch.Stream`` constructor takes)."""
 
 _library: ctypes.CDLL | None = None
+_holding_gil: ctypes.PyDLL | None = None
+"""The same library, for the tiny hot functions: calls through a PyDLL keep the GIL (a CDLL
+call releases and re-takes it, which costs more than the function)."""
+_exclusion: "NativeExclusion | None" = None
 _callback: "ctypes._CFunctionType | None" = None  # keeps the installed callback alive
 
 
@@ -68,7 +86,7 @@ def load() -> ctypes.CDLL:
     Raises :class:`SimulationError` if torch was imported first (the shim would have no
     effect) and :class:`MissingDependencyError` if torch or a C++ compiler is missing.
     """
-    global _library
+    global _library, _holding_gil, _exclusion
     if _library is not None:
         return _library
     if "torch" in sys.modules:
@@ -79,6 +97,9 @@ def load() -> ctypes.CDLL:
     path = build()
     library = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
     _declare(library)
+    _holding_gil = ctypes.PyDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+    _declare_exclusion(_holding_gil)
+    _exclusion = NativeExclusion(_holding_gil)
     _library = library
     return library
 
@@ -119,6 +140,110 @@ def mark_cuda_initialized() -> None:
     set_requires_device_init.argtypes = [ctypes.c_int8, ctypes.c_bool]
     set_requires_device_init.restype = None
     set_requires_device_init(CUDA_DEVICE_TYPE, False)
+
+
+def exclude_interpreter_callbacks() -> None:
+    """From now on every call torch's C++ makes into Python (``__torch_dispatch__``, metadata
+    queries of Python tensor subclasses, ...) runs in an excluded section; call after
+    ``import torch``, once per process (idempotent)."""
+    library().fakecuda_exclude_interpreter_callbacks()
+
+
+class NativeExclusion:
+    """The shim's account of excluded CPU time, as a reusable, nestable context manager.
+
+    One per process: every thread's sections, Python's and C++'s, are in the same account. The
+    calling thread's CPU time inside counts as excluded; :meth:`total_ns` sums all threads.
+    """
+
+    __slots__ = ("_enter", "_exit", "total_ns")
+
+    def __init__(self, holding_gil: ctypes.PyDLL) -> None:
+        self._enter = holding_gil.fakecuda_exclusion_enter
+        self._exit = holding_gil.fakecuda_exclusion_exit
+        self.total_ns: Callable[[], int] = holding_gil.fakecuda_excluded_ns
+        """Excluded CPU time of all threads so far (open sections up to now), in ns."""
+
+    def __enter__(self) -> None:
+        self._enter()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._exit()
+
+
+def native_exclusion() -> NativeExclusion | None:
+    """The shim's excluded-CPU account, or ``None`` where the shim is not loaded."""
+    return _exclusion
+
+
+def simulator_time() -> AbstractContextManager[None]:
+    """A context manager: the calling thread's CPU time inside is the simulator's (an excluded
+    section of the shim's account; nothing where the shim is not loaded)."""
+    return _exclusion or _NOTHING
+
+
+_NOTHING = nullcontext()
+
+
+@contextmanager
+def script_time() -> Iterator[None]:
+    """CPU time the calling thread spends inside is the script's, even within excluded sections
+    (real CPU work a simulator callback runs on the script's behalf)."""
+    lib = _gil_library()
+    depth = lib.fakecuda_exclusion_suspend()
+    try:
+        yield
+    finally:
+        lib.fakecuda_exclusion_resume(depth)
+
+
+def thread_counted_ns() -> int:
+    """The calling thread's CPU time that counts as the script's (excluded sections and
+    deductions taken off), in ns; for calibration and tests."""
+    return int(_gil_library().fakecuda_thread_counted_ns())
+
+
+class Deductions(NamedTuple):
+    """CPU time the shim takes off the script's between excluded sections (see fakecuda.cpp):
+    what no section can cover, as calibrated. Each is at most the CPU time the thread spent
+    counted since the previous deduction of its kind."""
+
+    section_ns: int
+    """Per outermost section: what timing a section costs outside it (two clock reads)."""
+    dispatch_ns: int
+    """Per outermost op dispatch into Python: the C++ glue around the call."""
+
+
+def set_deductions(deductions: Deductions) -> None:
+    """Put ``deductions`` in force for every thread."""
+    if min(deductions) < 0:
+        raise ValueError(f"deductions are >= 0 ns, got {deductions}")
+    library().fakecuda_set_deductions(*deductions)
+
+
+def deductions() -> Deductions:
+    """The deductions in force (zero until :func:`set_deductions`)."""
+    out = (ctypes.c_int64 * 2)()
+    library().fakecuda_deductions(out)
+    return Deductions(out[0], out[1])
+
+
+def calibrate_section_deduction(rounds: int = SECTION_CALIBRATION_ROUNDS,
+                                sections: int = SECTION_CALIBRATION_SECTIONS) -> int:
+    """CPU ns an empty excluded section costs the calling thread outside it: the smallest
+    per-section mean over ``rounds`` of ``sections`` (contention only ever adds). Needs no
+    section deduction in force."""
+    if deductions().section_ns:
+        raise SimulationError("calibrate the section deduction while none is in force")
+    count = _gil_library().fakecuda_count_empty_sections
+    return max(0, min(count(sections) for _ in range(rounds)) // sections)
+
+
+def _gil_library() -> ctypes.PyDLL:
+    if _holding_gil is None:
+        raise SimulationError("the fake-CUDA shim is not loaded; call intercept.shim.load() first")
+    return _holding_gil
 
 
 def build() -> Path:
@@ -210,3 +335,27 @@ def _declare(library: ctypes.CDLL) -> None:
     library.fakecuda_elapsed_time.restype = ctypes.c_int
     library.fakecuda_accelerator_is_cuda.argtypes = []
     library.fakecuda_accelerator_is_cuda.restype = ctypes.c_int
+    library.fakecuda_exclude_interpreter_callbacks.argtypes = []
+    library.fakecuda_exclude_interpreter_callbacks.restype = None
+    library.fakecuda_set_deductions.argtypes = [ctypes.c_int64, ctypes.c_int64]
+    library.fakecuda_set_deductions.restype = None
+    library.fakecuda_deductions.argtypes = [ctypes.POINTER(ctypes.c_int64)]
+    library.fakecuda_deductions.restype = None
+
+
+def _declare_exclusion(library: ctypes.PyDLL) -> None:
+    """The excluded-CPU account's functions, called through a PyDLL (with the GIL held)."""
+    library.fakecuda_exclusion_enter.argtypes = []
+    library.fakecuda_exclusion_enter.restype = None
+    library.fakecuda_exclusion_exit.argtypes = []
+    library.fakecuda_exclusion_exit.restype = None
+    library.fakecuda_exclusion_suspend.argtypes = []
+    library.fakecuda_exclusion_suspend.restype = ctypes.c_int
+    library.fakecuda_exclusion_resume.argtypes = [ctypes.c_int]
+    library.fakecuda_exclusion_resume.restype = None
+    library.fakecuda_excluded_ns.argtypes = []
+    library.fakecuda_excluded_ns.restype = ctypes.c_int64
+    library.fakecuda_thread_counted_ns.argtypes = []
+    library.fakecuda_thread_counted_ns.restype = ctypes.c_int64
+    library.fakecuda_count_empty_sections.argtypes = [ctypes.c_int]
+    library.fakecuda_count_empty_sections.restype = ctypes.c_int64

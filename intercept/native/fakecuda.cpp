@@ -13,17 +13,36 @@
 // Nothing runs on a GPU. Every event and synchronisation is forwarded to one callback that the
 // Python side installs (fakecuda_set_callback); it talks to the simulator's RankRuntime. Without
 // a callback, events complete at once and synchronisations return immediately.
+//
+// It also accounts the CPU time the simulator spends on each thread ("excluded" from the rank's
+// virtual time, see intercept/clock.py), in one place for Python and C++:
+//   * excluded sections that Python opens (fakecuda_exclusion_enter/exit: VirtualClock.excluded);
+//   * every call from torch's C++ into Python through the interpreter's vtable
+//     (fakecuda_exclude_interpreter_callbacks): __torch_dispatch__ of the fake mode, the
+//     metadata queries (prim.device) C++ makes of a FakeTensor, and the decrefs through which
+//     C++ releases (and deallocates) the FakeTensors it kept, GIL hand-overs included;
+//   * every call of the stream/event callback below;
+//   * calibrated deductions (fakecuda_set_deductions) for what runs outside all of those: what
+//     timing a section costs, and the C++ glue around each op dispatch into Python.
+// Sections nest per thread (only the outermost is timed, with the thread's CPU clock).
 
 #include <ATen/DeviceAccelerator.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/core/DeviceCapability.h>
+#include <c10/core/TensorImpl.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/core/impl/PyInterpreter.h>
+#include <c10/core/impl/PyInterpreterHooks.h>
 #include <c10/util/Exception.h>
+#include <pthread.h>
+#include <time.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <vector>
 
 namespace {
 
@@ -59,6 +78,257 @@ std::array<std::array<std::atomic<StreamId>, 2>, kMaxDevices> g_pool_next{};
 thread_local DeviceIndex t_device = 0;
 thread_local std::array<StreamId, kMaxDevices> t_streams{};
 
+// ---- CPU time the simulator spends: excluded from the rank's virtual time ------------------
+
+int64_t thread_cpu_ns(clockid_t clock) {
+  timespec ts;
+  clock_gettime(clock, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// One per thread, registered in g_threads from its first section until the thread ends.
+// `depth`, `excluded_ns` and `mark_ns` are only touched by their own thread; other threads read
+// `clock` and `entry_ns` (under g_threads_mutex, which only guards the registry) to add an open
+// section to fakecuda_excluded_ns. Entering and leaving take no lock: an exclusion wraps every
+// call into Python, ~25k per GPT-2 step. Trivially destructible, so that calls from C++ during a
+// thread's (or the process's) teardown can still use it.
+constexpr int64_t kClosed = -1;
+
+struct ThreadExclusion {
+  bool registered = false;
+  clockid_t clock{};
+  int depth = 0;
+  int64_t excluded_ns = 0;        // this thread's closed sections plus its deductions
+  int64_t section_mark_ns = 0;    // its counted CPU right after its last section deduction
+  int64_t dispatch_mark_ns = 0;   // its counted CPU right after its last dispatch deduction
+  std::atomic<int64_t> entry_ns{kClosed};  // thread CPU when the open outermost section began
+};
+
+pthread_mutex_t g_threads_mutex = PTHREAD_MUTEX_INITIALIZER;
+// Never destroyed: tensors are released (and their Python objects decref'd through
+// ExcludingInterpreter) until the very end of the process.
+std::vector<ThreadExclusion*>& g_threads = *new std::vector<ThreadExclusion*>();
+std::atomic<int64_t> g_closed_ns{0};    // closed sections and deductions, all threads
+std::atomic<int64_t> g_section_deduction_ns{0};   // per outermost section
+std::atomic<int64_t> g_dispatch_deduction_ns{0};  // per outermost op dispatch
+
+thread_local ThreadExclusion t_exclusion;
+
+// Takes the thread's ThreadExclusion out of the registry when the thread ends.
+struct Unregister {
+  ~Unregister() {
+    pthread_mutex_lock(&g_threads_mutex);
+    auto it = std::find(g_threads.begin(), g_threads.end(), &t_exclusion);
+    if (it != g_threads.end()) g_threads.erase(it);
+    pthread_mutex_unlock(&g_threads_mutex);
+  }
+};
+
+ThreadExclusion& this_thread_exclusion() {
+  ThreadExclusion& t = t_exclusion;
+  if (!t.registered) {
+    t.registered = true;
+    pthread_getcpuclockid(pthread_self(), &t.clock);
+    pthread_mutex_lock(&g_threads_mutex);
+    g_threads.push_back(&t);
+    pthread_mutex_unlock(&g_threads_mutex);
+    static thread_local Unregister unregister;
+    (void)unregister;
+  }
+  return t;
+}
+
+// Deductions: CPU time the simulator spends on a thread between its sections, which no section
+// can cover, as calibrated: `section` per outermost section (what timing it costs: the halves of
+// the two clock reads outside it), plus `dispatch` per op dispatch (the C++ glue around the call
+// into Python). Each kind takes at most the counted CPU time the thread spent since that kind's
+// previous deduction, so a deduction only takes back time that was spent, by the thread that
+// spent it, and the two kinds never take the same time twice.
+int64_t deduct(ThreadExclusion& t, int64_t now_ns, int64_t want_ns, int64_t& mark_ns) {
+  int64_t counted_ns = now_ns - t.excluded_ns;
+  int64_t take_ns = std::clamp<int64_t>(counted_ns - mark_ns, 0, want_ns);
+  t.excluded_ns += take_ns;
+  mark_ns = counted_ns - take_ns;
+  return take_ns;
+}
+
+void exclusion_enter(bool op_dispatch) {
+  ThreadExclusion& t = this_thread_exclusion();
+  if (t.depth++ > 0) return;
+  int64_t now_ns = thread_cpu_ns(t.clock);
+  int64_t take_ns = deduct(t, now_ns, g_section_deduction_ns.load(), t.section_mark_ns);
+  if (op_dispatch) take_ns += deduct(t, now_ns, g_dispatch_deduction_ns.load(), t.dispatch_mark_ns);
+  if (take_ns > 0) g_closed_ns += take_ns;
+  t.entry_ns.store(now_ns);
+}
+
+void exclusion_exit() {
+  ThreadExclusion& t = this_thread_exclusion();
+  if (t.depth == 0 || --t.depth > 0) return;  // depth 0: a section opened before a fork
+  int64_t spent_ns = thread_cpu_ns(t.clock) - t.entry_ns.load();
+  t.excluded_ns += spent_ns;
+  // Closed total first, then the section closes: a concurrent reader may count this section
+  // twice for an instant (a reading a little early), never not at all (one too late).
+  g_closed_ns += spent_ns;
+  t.entry_ns.store(kClosed);
+}
+
+// RAII: exceptions (a Python error surfacing as c10::Error) close the section too.
+struct Excluded {
+  explicit Excluded(bool op_dispatch = false) { exclusion_enter(op_dispatch); }
+  ~Excluded() { exclusion_exit(); }
+  Excluded(const Excluded&) = delete;
+  Excluded& operator=(const Excluded&) = delete;
+};
+
+// In a forked child only the forking thread lives on, with a fresh CPU clock; the mutex may have
+// been held by a thread that is gone.
+void exclusion_after_fork_in_child() {
+  pthread_mutex_init(&g_threads_mutex, nullptr);
+  ThreadExclusion& t = t_exclusion;
+  g_threads.clear();
+  if (!t.registered) return;
+  g_threads.push_back(&t);
+  pthread_getcpuclockid(pthread_self(), &t.clock);
+  t.excluded_ns = t.section_mark_ns = t.dispatch_mark_ns = 0;
+  if (t.depth > 0) t.entry_ns.store(thread_cpu_ns(t.clock));
+}
+
+// Forwards every call to torch's own interpreter vtable; the calls that run Python on torch's
+// behalf (dispatch, metadata queries, detach, hooks) run inside an excluded section, and so does
+// decref: C++ drops the last reference of a tensor whose Python object it keeps (every FakeTensor
+// an op returned; a real GPU host's intermediate tensors have none), which takes the GIL and
+// deallocates a FakeTensor and its bookkeeping in Python.
+class ExcludingInterpreter final : public c10::impl::PyInterpreterVTable {
+ public:
+  explicit ExcludingInterpreter(const c10::impl::PyInterpreterVTable* inner) : inner_(inner) {}
+
+  std::string name() const override { return inner_->name(); }
+  void incref(PyObject* pyobj) const override { inner_->incref(pyobj); }
+  void decref(PyObject* pyobj) const override {
+    callback([&] { inner_->decref(pyobj); });
+  }
+  bool try_incref(const c10::impl::PyObjectSlot& slot) const override {
+    return inner_->try_incref(slot);
+  }
+  size_t refcnt(PyObject* pyobj) const override { return inner_->refcnt(pyobj); }
+
+  c10::intrusive_ptr<c10::TensorImpl> detach(const c10::TensorImpl* self) const override {
+    return callback([&] { return inner_->detach(self); });
+  }
+  void dispatch(const c10::OperatorHandle& op, torch::jit::Stack* stack) const override {
+    Excluded section(/*op_dispatch=*/true);
+    inner_->dispatch(op, stack);
+  }
+  void reportErrorCallback(PyObject* callback_object, c10::DispatchKey key) const override {
+    callback([&] { inner_->reportErrorCallback(callback_object, key); });
+  }
+  void python_op_registration_trampoline(const c10::OperatorHandle& op, c10::DispatchKey key,
+                                         c10::DispatchKeySet keyset, torch::jit::Stack* stack,
+                                         bool with_keyset, bool with_op) const override {
+    callback([&] {
+      inner_->python_op_registration_trampoline(op, key, keyset, stack, with_keyset, with_op);
+    });
+  }
+  void throw_abstract_impl_not_imported_error(std::string opname, const char* pymodule,
+                                              const char* context) const override {
+    inner_->throw_abstract_impl_not_imported_error(std::move(opname), pymodule, context);
+  }
+  void python_dispatcher(const c10::OperatorHandle& op, c10::DispatchKeySet keyset,
+                         torch::jit::Stack* stack) const override {
+    callback([&] { inner_->python_dispatcher(op, keyset, stack); });
+  }
+
+  bool is_contiguous(const c10::TensorImpl* self, at::MemoryFormat format) const override {
+    return callback([&] { return inner_->is_contiguous(self, format); });
+  }
+  c10::SymBool sym_is_contiguous(const c10::TensorImpl* self,
+                                 at::MemoryFormat format) const override {
+    return callback([&] { return inner_->sym_is_contiguous(self, format); });
+  }
+  bool is_strides_like(const c10::TensorImpl* self, at::MemoryFormat format) const override {
+    return callback([&] { return inner_->is_strides_like(self, format); });
+  }
+  bool is_non_overlapping_and_dense(const c10::TensorImpl* self) const override {
+    return callback([&] { return inner_->is_non_overlapping_and_dense(self); });
+  }
+  c10::Device device(const c10::TensorImpl* self) const override {
+    return callback([&] { return inner_->device(self); });
+  }
+  int64_t dim(const c10::TensorImpl* self) const override {
+    return callback([&] { return inner_->dim(self); });
+  }
+  c10::IntArrayRef strides(const c10::TensorImpl* self) const override {
+    return callback([&] { return inner_->strides(self); });
+  }
+  c10::IntArrayRef sizes(const c10::TensorImpl* self) const override {
+    return callback([&] { return inner_->sizes(self); });
+  }
+  c10::SymIntArrayRef sym_sizes(const c10::TensorImpl* self) const override {
+    return callback([&] { return inner_->sym_sizes(self); });
+  }
+  c10::Layout layout(const c10::TensorImpl* self) const override {
+    return callback([&] { return inner_->layout(self); });
+  }
+  int64_t numel(const c10::TensorImpl* self) const override {
+    return callback([&] { return inner_->numel(self); });
+  }
+  c10::SymInt sym_numel(const c10::TensorImpl* self) const override {
+    return callback([&] { return inner_->sym_numel(self); });
+  }
+  c10::SymIntArrayRef sym_strides(const c10::TensorImpl* self) const override {
+    return callback([&] { return inner_->sym_strides(self); });
+  }
+  c10::SymInt sym_storage_offset(const c10::TensorImpl* self) const override {
+    return callback([&] { return inner_->sym_storage_offset(self); });
+  }
+
+  void trace_gpu_event_creation(c10::DeviceType type, uintptr_t event) const override {
+    callback([&] { inner_->trace_gpu_event_creation(type, event); });
+  }
+  void trace_gpu_event_deletion(c10::DeviceType type, uintptr_t event) const override {
+    callback([&] { inner_->trace_gpu_event_deletion(type, event); });
+  }
+  void trace_gpu_event_record(c10::DeviceType type, uintptr_t event,
+                              uintptr_t stream) const override {
+    callback([&] { inner_->trace_gpu_event_record(type, event, stream); });
+  }
+  void trace_gpu_event_wait(c10::DeviceType type, uintptr_t event,
+                            uintptr_t stream) const override {
+    callback([&] { inner_->trace_gpu_event_wait(type, event, stream); });
+  }
+  void trace_gpu_memory_allocation(c10::DeviceType type, uintptr_t ptr) const override {
+    callback([&] { inner_->trace_gpu_memory_allocation(type, ptr); });
+  }
+  void trace_gpu_memory_deallocation(c10::DeviceType type, uintptr_t ptr) const override {
+    callback([&] { inner_->trace_gpu_memory_deallocation(type, ptr); });
+  }
+  void trace_gpu_stream_creation(c10::DeviceType type, uintptr_t stream) const override {
+    callback([&] { inner_->trace_gpu_stream_creation(type, stream); });
+  }
+  void trace_gpu_device_synchronization(c10::DeviceType type) const override {
+    callback([&] { inner_->trace_gpu_device_synchronization(type); });
+  }
+  void trace_gpu_stream_synchronization(c10::DeviceType type, uintptr_t stream) const override {
+    callback([&] { inner_->trace_gpu_stream_synchronization(type, stream); });
+  }
+  void trace_gpu_event_synchronization(c10::DeviceType type, uintptr_t event) const override {
+    callback([&] { inner_->trace_gpu_event_synchronization(type, event); });
+  }
+  void reset_backward_hooks(const c10::TensorImpl* self) const override {
+    callback([&] { inner_->reset_backward_hooks(self); });
+  }
+
+ private:
+  template <typename F>
+  static auto callback(F&& f) -> decltype(f()) {
+    Excluded section;
+    return f();
+  }
+
+  const c10::impl::PyInterpreterVTable* inner_;
+};
+
 int64_t call(CallbackOp op, int64_t a = 0, int64_t b = 0) {
   Callback cb = g_callback.load();
   if (cb == nullptr) {
@@ -69,7 +339,11 @@ int64_t call(CallbackOp op, int64_t a = 0, int64_t b = 0) {
       default: return 0;
     }
   }
-  int64_t result = cb(op, a, b);
+  int64_t result;
+  {
+    Excluded section;  // the ctypes trampoline and the simulator's bookkeeping
+    result = cb(op, a, b);
+  }
   TORCH_CHECK(result >= 0, "phantora fake CUDA: the simulator runtime failed during a CUDA ",
               "stream/event call (its Python traceback is printed above)");
   return result;
@@ -188,7 +462,10 @@ struct FakeCudaHooks final : public at::CUDAHooksInterface {
 };
 
 struct Installer {
-  Installer() { c10::impl::registerDeviceGuard(DeviceType::CUDA, &g_guard); }
+  Installer() {
+    c10::impl::registerDeviceGuard(DeviceType::CUDA, &g_guard);
+    pthread_atfork(nullptr, nullptr, exclusion_after_fork_in_child);
+  }
 } g_installer;
 
 }  // namespace
@@ -230,4 +507,71 @@ int fakecuda_accelerator_is_cuda() {
   auto acc = at::getAccelerator(false);
   return acc.has_value() && *acc == DeviceType::CUDA;
 }
+
+// Route torch's calls into Python through ExcludingInterpreter; once torch is imported (its
+// interpreter exists from then on). Idempotent.
+void fakecuda_exclude_interpreter_callbacks() {
+  static std::atomic<bool> done{false};
+  if (done.exchange(true)) return;
+  c10::impl::PyInterpreter* interpreter = c10::impl::getGlobalPyInterpreter();
+  // Never freed: tensors may call through it until the process ends.
+  interpreter->vtable_ = new ExcludingInterpreter(interpreter->vtable_);
 }
+// Open / close an excluded section on the calling thread (nestable).
+void fakecuda_exclusion_enter() { exclusion_enter(false); }
+void fakecuda_exclusion_exit() { exclusion_exit(); }
+// Leave every open section of the calling thread (returns their depth) and re-enter them: CPU
+// time in between is the script's even inside a simulator callback.
+int fakecuda_exclusion_suspend() {
+  ThreadExclusion& t = this_thread_exclusion();
+  int depth = t.depth;
+  if (depth > 0) {
+    t.depth = 1;
+    exclusion_exit();
+  }
+  return depth;
+}
+void fakecuda_exclusion_resume(int depth) {
+  if (depth <= 0) return;
+  exclusion_enter(false);
+  this_thread_exclusion().depth = depth;
+}
+// Excluded CPU time of all threads so far, open sections up to now included.
+int64_t fakecuda_excluded_ns() {
+  int64_t open_ns = 0;
+  pthread_mutex_lock(&g_threads_mutex);
+  for (const ThreadExclusion* t : g_threads) {
+    int64_t entry_ns = t->entry_ns.load();
+    if (entry_ns != kClosed) open_ns += thread_cpu_ns(t->clock) - entry_ns;
+  }
+  pthread_mutex_unlock(&g_threads_mutex);
+  return g_closed_ns.load() + open_ns;
+}
+// The calling thread's CPU time that counts as the script's: its CPU time minus its excluded
+// sections (an open one up to now) and deductions.
+int64_t fakecuda_thread_counted_ns() {
+  ThreadExclusion& t = this_thread_exclusion();
+  int64_t now_ns = thread_cpu_ns(t.clock);
+  int64_t open_ns = t.depth > 0 ? now_ns - t.entry_ns.load() : 0;
+  return now_ns - t.excluded_ns - open_ns;
+}
+void fakecuda_set_deductions(int64_t section_ns, int64_t dispatch_ns) {
+  g_section_deduction_ns = section_ns;
+  g_dispatch_deduction_ns = dispatch_ns;
+}
+void fakecuda_deductions(int64_t* out) {
+  out[0] = g_section_deduction_ns.load();
+  out[1] = g_dispatch_deduction_ns.load();
+}
+// Enter and leave `n` empty sections on the calling thread; returns the CPU time of it that
+// counts as the script's (to calibrate the section deduction, set to 0 first).
+int64_t fakecuda_count_empty_sections(int n) {
+  int64_t before_ns = fakecuda_thread_counted_ns();
+  for (int i = 0; i < n; ++i) {
+    exclusion_enter(false);
+    exclusion_exit();
+  }
+  return fakecuda_thread_counted_ns() - before_ns;
+}
+}
+
