@@ -26,7 +26,13 @@ from phantora.network.base import NetworkBackend
 from phantora.network.factory import make_backend
 from phantora.report.console import collectives_table, ranks_table, with_progress
 from phantora.report.summary import Summary
-from phantora.scenario import CollectivesWorkload, NcclOverrides, Scenario, load_scenario
+from phantora.scenario import (
+    CollectivesWorkload,
+    NcclOverrides,
+    Scenario,
+    ScriptWorkload,
+    load_scenario,
+)
 
 
 def nccl_config(overrides: NcclOverrides) -> NcclConfig:
@@ -52,7 +58,8 @@ def run_scenario(scenario: Scenario, out_dir: Path, console: Console) -> Summary
             _sweep(scenario.workload, summary, topology, gpu, nccl_config(scenario.nccl),
                    backend, console)
         else:
-            _script(scenario, summary, topology, gpu, backend, out_dir, console)
+            _script(scenario.workload, scenario, summary, topology, gpu, backend, out_dir,
+                    console)
         summary.network = asdict(backend.stats())
         summary.simulated_ns = summary.simulated_ns or backend.now_ns()
     finally:
@@ -73,18 +80,17 @@ def _sweep(workload: CollectivesWorkload, summary: Summary, topology: Topology, 
         for op, nbytes in with_progress(points, len(points), "simulating", console)]
 
 
-def _script(scenario: Scenario, summary: Summary, topology: Topology, gpu: GpuSpec,
-            backend: NetworkBackend, out_dir: Path, console: Console) -> None:
+def _script(workload: ScriptWorkload, scenario: Scenario, summary: Summary, topology: Topology,
+            gpu: GpuSpec, backend: NetworkBackend, out_dir: Path, console: Console) -> None:
     # Imported here: only script workloads need the launcher (and, in the ranks, torch).
     from phantora.engine.script_runner import run_script
     from phantora.report.live_summary import collective_rows
     from phantora.report.trace import write_trace
 
-    assert scenario.workload.kind == "script"
     result, coverage = run_script(
-        scenario.workload, scenario.simulation, topology, gpu, nccl_config(scenario.nccl),
-        backend, out_dir, echo=lambda line: console.print(f"[dim]\\[rank0][/dim] {escape(line)}",
-                                                          highlight=False))
+        workload, scenario.simulation, topology, gpu, nccl_config(scenario.nccl), backend,
+        out_dir, echo=lambda line: console.print(f"[dim]\\[rank0][/dim] {escape(line)}",
+                                                 highlight=False, soft_wrap=True))
     summary.ranks = result.ranks
     summary.collectives = collective_rows(result.collectives)
     summary.compute_coverage = coverage.to_dict()
