@@ -22,24 +22,29 @@ _TIME_UNITS_NS = {"ns": 1, "us": 10**3, "µs": 10**3, "ms": 10**6, "s": 10**9}
 
 def _split(text: str, what: str, examples: str) -> tuple[float, str]:
     match = _NUMBER_UNIT.match(text)
-    if not match:
+    number = float(match.group(1)) if match else float("nan")
+    if not match or number == float("inf"):
         raise ValueError(f"expected {what} such as {examples}")
-    return float(match.group(1)), match.group(2)
+    return number, match.group(2)
 
 
 def parse_bytes(value: int | float | str) -> int:
     """Size in bytes from ``1048576``, ``"64KiB"``, ``"1GiB"``, ``"4MB"`` (K/M/G alone are binary)."""
     if isinstance(value, bool):
         raise ValueError("expected a size in bytes such as 65536, \"64KiB\" or \"1GiB\"")
-    if isinstance(value, (int, float)):
-        number, unit = float(value), ""
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError("a size must be a whole, non-negative number of bytes")
+        return value  # exact, however large
+    if isinstance(value, float):
+        number, unit = value, ""
     else:
         number, unit = _split(value, "a size", '65536, "64KiB", "1GiB"')
     scale = _BYTE_UNITS.get(unit.lower())
     if scale is None:
         raise ValueError(f"unknown size unit {unit!r}; use B, KiB, MiB, GiB, KB, MB or GB")
     result = number * scale
-    if result != int(result) or result < 0:
+    if result in (float("inf"), float("-inf")) or result != int(result) or result < 0:
         raise ValueError("a size must be a whole, non-negative number of bytes")
     return int(result)
 
