@@ -1,0 +1,198 @@
+"""Measure real training-step times of the example scripts, for the simulator's accuracy harness.
+
+Two verbs, so that the device machine only runs and this machine only summarises:
+
+  # on a GPU machine (the lent device): run a suite, one log per script under OUT
+  python3 scripts/measure_steps.py run --machine h100x1 --suites single --out "$OUT"
+  python3 scripts/measure_steps.py run --machine h200x2 --suites single,dist --out "$OUT"
+
+  # anywhere: a markdown table (median step ms over steps 3..N, peak memory) from the logs
+  python3 scripts/measure_steps.py summarize scripts/data/steps
+
+Each run is appended to ``<out>/<machine>_<script>.log`` between ``=== RUN name: command`` and
+``=== EXIT name: rc`` lines; the CI scenarios' runs take their arguments from the scenario YAML
+so the measurement follows the scenario if it changes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+SCENARIOS = REPO / "scenarios"
+EXAMPLES = SCENARIOS / "examples"
+
+# NVLink multicast must stay off on the shared lent hosts (device KINDS.md).
+SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+            "NVSHMEM_DISABLE_NVLS": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+GPT2_124M = ["--model", "gpt2-124m", "--seq-len", "1024", "--steps", "10", "--num-workers", "0"]
+RUN_TIMEOUT_S = 150
+FIRST_MEASURED_STEP = 3
+
+RUN_RE = re.compile(r"^=== RUN (\S+): (.*)$")
+EXIT_RE = re.compile(r"^=== EXIT (\S+): (-?\d+)$")
+STEP_RE = re.compile(r"^step (\d+)/(\d+) \|.*\| ([\d.]+) ms(?: \(gpu ([\d.]+) ms\))?")
+PEAK_RE = re.compile(r"^rank (\d+): max_memory_allocated ([\d.]+) GiB")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training run: a script of scenarios/examples, its arguments and its process count."""
+
+    name: str
+    script: str
+    args: tuple[str, ...]
+    nproc: int = 1
+
+    def command(self) -> list[str]:
+        path = str(EXAMPLES / self.script)
+        if self.nproc == 1:
+            return [sys.executable, path, *self.args]
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                "--nproc_per_node", str(self.nproc), path, *self.args]
+
+
+def scenario_run(scenario: str) -> Run:
+    """The run a CI scenario describes, read from its YAML (not copied here)."""
+    workload = yaml.safe_load((SCENARIOS / f"{scenario}.yaml").read_text())["workload"]
+    return Run(name=f"ci-{scenario}", script=Path(workload["script"]).name,
+               args=tuple(str(a) for a in workload["args"]),
+               nproc=int(workload.get("nproc_per_node", 1)))
+
+
+def suite(name: str) -> list[Run]:
+    """Runs of a suite: ``single`` (one GPU) or ``dist`` (two GPUs, torchrun)."""
+    if name == "single":
+        return [Run("gpt2-124m-b8", "gpt_single.py", (*GPT2_124M, "--batch-size", "8")),
+                Run("gpt2-124m-b16", "gpt_single.py", (*GPT2_124M, "--batch-size", "16")),
+                Run("gpt2-350m-b8", "gpt_single.py",
+                    ("--model", "gpt2-350m", *GPT2_124M[2:], "--batch-size", "8")),
+                scenario_run("h100x1-gpt-single")]
+    if name == "dist":
+        runs = []
+        for kind in ("ddp", "fsdp2", "tp"):
+            runs.append(Run(f"{kind}-gpt2-124m-b8", f"gpt_{kind}.py",
+                            (*GPT2_124M, "--batch-size", "8"), nproc=2))
+            runs.append(scenario_run(f"h100x2-gpt-{kind}"))
+        return runs
+    raise ValueError(f"unknown suite {name!r}")
+
+
+def write_env(out: Path, machine: str) -> None:
+    """Record the GPU, driver, topology and torch version next to the logs."""
+    probes = ["nvidia-smi -q | head -40", "nvidia-smi topo -m",
+              f"{shlex.quote(sys.executable)} -c 'import torch; print(torch.__version__, "
+              "torch.version.cuda, torch.cuda.nccl.version(), torch.cuda.device_count())'"]
+    with open(out / f"{machine}_env.log", "w") as log:
+        for probe in probes:
+            log.write(f"=== {probe}\n")
+            log.flush()
+            subprocess.run(probe, shell=True, stdout=log, stderr=subprocess.STDOUT, check=False)
+
+
+def execute(runs: list[Run], out: Path, machine: str) -> None:
+    """Run each in turn, appending its whole output to the log of its script."""
+    env = {**os.environ, **SAFE_ENV}
+    for run in runs:
+        log_path = out / f"{machine}_{Path(run.script).stem}.log"
+        command = run.command()
+        with open(log_path, "a") as log:
+            log.write(f"=== RUN {run.name}: {shlex.join(command)}\n")
+            log.flush()
+            start_s = time.monotonic()
+            try:
+                rc = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                    cwd=REPO, timeout=RUN_TIMEOUT_S, check=False).returncode
+            except subprocess.TimeoutExpired:
+                rc = 124
+            log.write(f"=== EXIT {run.name}: {rc}\n")
+            print(f"{run.name}: rc {rc}, {time.monotonic() - start_s:.0f} s wall", flush=True)
+
+
+@dataclass
+class Result:
+    """What one run's log block says."""
+
+    machine: str
+    name: str
+    command: str
+    rc: int | None = None
+    steps_ms: list[float] | None = None
+    gpu_ms: list[float] | None = None
+    peak_gib: float | None = None
+
+
+def parse_log(path: Path, machine: str) -> list[Result]:
+    """Split a log into its runs and read step times and peak memory from each."""
+    results: list[Result] = []
+    current: Result | None = None
+    for line in path.read_text(errors="replace").splitlines():
+        if match := RUN_RE.match(line):
+            current = Result(machine, match.group(1), match.group(2), steps_ms=[], gpu_ms=[])
+            results.append(current)
+        elif current is None:
+            continue
+        elif match := EXIT_RE.match(line):
+            current.rc = int(match.group(2))
+        elif match := STEP_RE.match(line):
+            if int(match.group(1)) >= FIRST_MEASURED_STEP:
+                current.steps_ms.append(float(match.group(3)))
+                if match.group(4):
+                    current.gpu_ms.append(float(match.group(4)))
+        elif match := PEAK_RE.match(line):
+            peak = float(match.group(2))
+            current.peak_gib = max(peak, current.peak_gib or 0.0)
+    return results
+
+
+def _median(values: list[float] | None) -> str:
+    return f"{statistics.median(values):.2f}" if values else "-"
+
+
+def summarize(root: Path) -> str:
+    """A markdown table over every ``<machine>/*.log`` under root."""
+    rows = ["| machine | run | rc | steps | median wall ms | median gpu ms | peak GiB (max rank) |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]
+    for machine_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        for log in sorted(machine_dir.glob("*.log")):
+            for res in parse_log(log, machine_dir.name):
+                steps = f"{FIRST_MEASURED_STEP}..{FIRST_MEASURED_STEP + len(res.steps_ms) - 1}"
+                peak = f"{res.peak_gib:.3f}" if res.peak_gib is not None else "-"
+                rows.append(f"| {res.machine} | {res.name} | {res.rc} | "
+                            f"{steps if res.steps_ms else 'none'} | {_median(res.steps_ms)} | "
+                            f"{_median(res.gpu_ms)} | {peak} |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    verbs = parser.add_subparsers(dest="verb", required=True)
+    run = verbs.add_parser("run", help="run suites on this (GPU) machine")
+    run.add_argument("--machine", required=True, help="log-name prefix, e.g. h100x1")
+    run.add_argument("--suites", default="single", help="comma list of: single, dist")
+    run.add_argument("--out", type=Path, required=True)
+    summary = verbs.add_parser("summarize", help="table from <root>/<machine>/*.log")
+    summary.add_argument("root", type=Path)
+    args = parser.parse_args()
+    if args.verb == "run":
+        args.out.mkdir(parents=True, exist_ok=True)
+        write_env(args.out, args.machine)
+        execute([r for name in args.suites.split(",") for r in suite(name)], args.out,
+                args.machine)
+    else:
+        print(summarize(args.root))
+
+
+if __name__ == "__main__":
+    main()
