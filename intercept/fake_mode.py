@@ -8,10 +8,10 @@ For each aten op it
   most :data:`REAL_CPU_MAX_NUMEL` elements; big CPU tensors (a model built on the CPU before
   ``.to('cuda')``) stay fake;
 * otherwise executes it on fake tensors (shapes, dtypes, devices; no data) and, when it touches
-  a CUDA tensor and would launch a kernel, calls ``runtime.kernel(name, flops, nbytes,
-  stream)`` with the current CUDA stream of the op's device; ``name`` is the aten op
-  (``aten::mm``), or :data:`MEMCPY_HTOD` / :data:`MEMCPY_DTOH` for copies between host and
-  device, whose ``nbytes`` is the size moved;
+  a CUDA tensor and would launch a kernel, calls ``runtime.kernel(spec, stream)`` with the
+  current CUDA stream of the op's device; ``spec`` (``intercept.op_costs.kernel_spec``) names
+  the aten op (``aten::mm``), or :data:`MEMCPY_HTOD` / :data:`MEMCPY_DTOH` for copies between
+  host and device, whose ``bytes`` is the size moved;
 * treats reading a CUDA value on the host (``.item()``, ``float()``, ``.tolist()``,
   ``print``, format, ``.cpu()``, data-dependent output shapes) and blocking copies between
   host and device as a host sync: ``runtime.sync("stream", current stream)``, then returns a
@@ -52,6 +52,7 @@ import torch
 from torch._subclasses.fake_tensor import _DISPATCH_META_HANDLERS, FakeTensor, FakeTensorMode
 
 from intercept import op_costs, shim
+from phantora.compute.spec import MEMCPY_DTOH, MEMCPY_HTOD, KernelSpec
 from phantora.errors import SimulationError
 
 aten = torch.ops.aten
@@ -86,10 +87,6 @@ COLLECTIVE_NAMESPACE = "c10d"
 FUNCTIONAL_COLLECTIVE_NAMESPACE = "_c10d_functional"
 NO_KERNEL_NAMESPACES = frozenset({"prim", "profiler", FUNCTIONAL_COLLECTIVE_NAMESPACE})
 """Namespaces with no kernels of their own (collectives are the process group's to record)."""
-MEMCPY_HTOD = "Memcpy HtoD"
-MEMCPY_DTOH = "Memcpy DtoH"
-"""Kernel names of copies between host and device (as CUDA's profiler names them): they move
-``nbytes`` over PCIe, not through HBM."""
 HOST_DEVICE_COPIES = frozenset({aten._to_copy.default, aten.copy_.default})
 _METADATA_QUERIES: dict[Any, Callable[[Any], Any]] = dict(_DISPATCH_META_HANDLERS)
 """prim.device, aten.size/stride/storage_offset: answered from the FakeTensor's metadata."""
@@ -99,7 +96,7 @@ class Runtime(Protocol):
     """What the mode needs of ``intercept.runtime.RankRuntime``."""
 
     def excluded(self) -> ContextManager[None]: ...
-    def kernel(self, name: str, flops: int, nbytes: int, stream: int) -> None: ...
+    def kernel(self, spec: KernelSpec, stream: int) -> None: ...
     def sync(self, kind: str, target: int = 0) -> int: ...
 
 
@@ -215,8 +212,8 @@ class DeviceMemory:
         }
 
 
-Launch = tuple[str, int, int, int, bool]
-"""``(kernel name, flops, nbytes, device index, host waits for it)``."""
+Launch = tuple[KernelSpec, int, bool]
+"""``(the kernel, device index, host waits for it)``."""
 _RUN_REAL = object()
 """Marks an op to run for real once the mode has left ``runtime.excluded()``."""
 
@@ -283,9 +280,9 @@ class SimFakeMode(FakeTensorMode):
                 raise SimulationError(f"{func} needs a process group, but none is connected")
             self.on_functional_collective(func, args, kwargs, out)
         elif launch is not None:
-            name, flops, nbytes, device, host_waits = launch
+            spec, device, host_waits = launch
             stream = self._current_stream(device)
-            self.runtime.kernel(name, flops, nbytes, stream)
+            self.runtime.kernel(spec, stream)
             if host_waits:
                 self.runtime.sync("stream", stream)
         return out
@@ -326,17 +323,19 @@ class SimFakeMode(FakeTensorMode):
             device = source.device.index or 0
             if outputs:  # CUDA inputs, CPU outputs: .cpu(), cpu_tensor.copy_(cuda_tensor)
                 transferred = sum(op_costs.tensor_bytes(t) for t in outputs)
-                return MEMCPY_DTOH, 0, transferred, device, not _non_blocking(func, args, kwargs)
+                return (KernelSpec(MEMCPY_DTOH, bytes=transferred), device,
+                        not _non_blocking(func, args, kwargs))
             # else an in-place op that returns nothing (_foreach_add_): an ordinary kernel
         if func in HOST_DEVICE_COPIES and any(t.device.type == "cpu" for t in inputs):
             # a blocking copy synchronises the stream after it (ATen's memcpy_and_sync)
             transferred = sum(op_costs.tensor_bytes(t) for t in outputs)
-            return MEMCPY_HTOD, 0, transferred, device, not _non_blocking(func, args, kwargs)
+            return (KernelSpec(MEMCPY_HTOD, bytes=transferred), device,
+                    not _non_blocking(func, args, kwargs))
         name = self._names.get(func)
         if name is None:
             name = self._names[func] = func._schema.name
-        flops, nbytes = op_costs.op_cost(func, args, kwargs, out)
-        return name, flops, nbytes, device, _syncs_host(func, args)
+        return (op_costs.kernel_spec(name, func, args, kwargs, out), device,
+                _syncs_host(func, args))
 
     def _read_scalar(self, func: Any, types: Any, args: Any,
                      kwargs: Any) -> tuple[Any, Launch | None]:
@@ -349,7 +348,7 @@ class SimFakeMode(FakeTensorMode):
             return self.dispatch(func, types, args, kwargs), None
         launch = None
         if t.device.type == "cuda":
-            launch = (MEMCPY_DTOH, 0, t.element_size(), t.device.index or 0, True)
+            launch = (KernelSpec(MEMCPY_DTOH, bytes=t.element_size()), t.device.index or 0, True)
         return plausible_value(t.dtype), launch
 
     def _higher_order(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
@@ -370,7 +369,7 @@ class _NullRuntime:
     def excluded(self) -> ContextManager[None]:
         return contextlib.nullcontext()
 
-    def kernel(self, name: str, flops: int, nbytes: int, stream: int) -> None:
+    def kernel(self, spec: KernelSpec, stream: int) -> None:
         return None
 
     def sync(self, kind: str, target: int = 0) -> int:

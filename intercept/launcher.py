@@ -42,7 +42,7 @@ from pathlib import Path
 from types import TracebackType
 
 from intercept.rank_main import LaunchSpec, run_rank
-from intercept.runtime import KernelDurationModel
+from intercept.runtime import KernelCostModel
 from phantora.cluster.catalogue import GpuSpec
 from phantora.errors import SimulationError
 
@@ -277,7 +277,7 @@ class _ForkServer:
     def __init__(self, control: Connection, spec: LaunchSpec) -> None:
         self.control = control
         self.spec = spec
-        self.kernel_duration: KernelDurationModel | None = None
+        self.kernel_cost: KernelCostModel | None = None
         self.ranks: dict[int, int] = {}
         """pid -> rank of ranks still running."""
         self.pidfds: dict[int, int] = {}
@@ -298,9 +298,9 @@ class _ForkServer:
         import torch._dynamo  # noqa: F401
 
         from intercept import process_group
-        from phantora.compute import kernel_duration_ns
+        from phantora.compute import ComputeModel
         self.patches.enter_context(process_group.installed())  # closed never: for good
-        self.kernel_duration = kernel_duration_ns
+        self.kernel_cost = ComputeModel.for_gpu(self.spec.gpu).cost
 
     def spawn(self, rank: int) -> None:
         sys.stdout.flush()
@@ -312,7 +312,7 @@ class _ForkServer:
             for fd in [self.control.fileno(), *self.pidfds.values(),
                        *(fd for other, fd in self.unspawned.items() if other != rank)]:
                 os.close(fd)
-            run_rank(self.spec, rank, self.kernel_duration, server_pid)  # never returns
+            run_rank(self.spec, rank, self.kernel_cost, server_pid)  # never returns
         # The rank makes itself a process group leader too; doing it here as well means that
         # a kill_all() right after the fork cannot miss a rank that has not run yet.
         os.setpgid(pid, pid)

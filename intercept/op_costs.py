@@ -1,7 +1,10 @@
-"""FLOPs and bytes moved by one aten op, from the shapes of its inputs and outputs.
+"""What one aten op launches, as the compute model needs it: FLOPs, bytes, dtype and shape.
 
-The compute model (``phantora.compute``) turns these into a kernel duration; it never sees a
-tensor. FLOPs come from PyTorch's own formulas (``torch.utils.flop_counter.flop_registry``:
+:func:`kernel_spec` describes a launch as a :class:`~phantora.compute.spec.KernelSpec`; the
+compute model (``phantora.compute``) turns that into a kernel duration and never sees a
+tensor. Matrix products carry ``(batch, m, n, k)`` and their operands' layout, attention
+kernels ``(batch, heads, kv_heads, seq_q, seq_kv, head_dim)`` and causality: that is what the
+measured tables are keyed by. FLOPs come from PyTorch's own formulas (``torch.utils.flop_counter.flop_registry``:
 mm, addmm, bmm, baddbmm, convolutions, the SDPA / flash / efficient attention kernels); every
 other op counts 0 FLOPs and is costed by its bytes, which are never 0 for an op that touches a
 tensor.
@@ -9,21 +12,39 @@ tensor.
 Bytes = bytes read + bytes written, counted as the memory the tensors span: a broadcast
 (stride-0) dimension is read once, not once per element of the view.
 NB: an in-place op counts its mutated input as read and written; the ops in
-``WRITE_ONLY_DESTINATION`` do not read their destination, so it is counted once.
+``WRITE_ONLY_DESTINATION`` do not read their destination, so it is counted once, and the
+``GATHERS`` read only the rows they pick from their first argument.
 """
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch.utils.flop_counter import flop_registry
 
+from phantora.compute.spec import MATMUL_OPS, KernelSpec
+
 aten = torch.ops.aten
+
+DTYPE_NAMES: dict[torch.dtype, str] = {torch.bfloat16: "bf16", torch.float16: "fp16",
+                                       torch.float32: "fp32"}
+"""The tables' dtype names (others are reported by their torch name)."""
+
+_MATMUL_OPERANDS = {"mm": (0, 1), "bmm": (0, 1), "addmm": (1, 2), "baddbmm": (1, 2)}
+"""Argument positions of the two factors of each matrix product."""
 
 WRITE_ONLY_DESTINATION: frozenset[Any] = frozenset({
     aten.copy_.default, aten.fill_.Scalar, aten.fill_.Tensor, aten.zero_.default,
     aten._foreach_copy_.default, aten._foreach_zero_.default,
 })
 """In-place ops that overwrite their first argument without reading it."""
+
+GATHERS: dict[Any, Callable[[tuple[Any, ...], Any], int]] = {
+    aten.embedding.default: lambda args, out: out.numel(),
+    aten.nll_loss_forward.default: lambda args, out: args[1].numel(),
+}
+"""Ops that read a few rows of their first argument, not all of it: elements they gather
+(an embedding reads one row per token, the loss one logit per target)."""
 
 _CAUSAL_ARGUMENT = "is_causal"
 _flops_cache: dict[tuple[Any, ...], int] = {}
@@ -32,12 +53,63 @@ _causal_index: dict[Any, int | None] = {}
 
 def op_cost(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> tuple[int, int]:
     """``(flops, nbytes)`` of ``func(*args, **kwargs)`` that returned ``out``."""
-    read_args = args[1:] if func in WRITE_ONLY_DESTINATION else args
+    read_args = args[1:] if func in WRITE_ONLY_DESTINATION or func in GATHERS else args
     read = sum(tensor_bytes(t) for t in flat_tensors(read_args))
+    gathered = GATHERS.get(func)
+    if gathered is not None:
+        read += gathered(args, out) * args[0].element_size()
     if kwargs:
         read += sum(tensor_bytes(t) for t in flat_tensors(kwargs))
     written = sum(tensor_bytes(t) for t in flat_tensors(out))
     return flops(func, args, kwargs, out), read + written
+
+
+def kernel_spec(name: str, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+                out: Any) -> KernelSpec:
+    """The launch of ``func(*args, **kwargs)`` that returned ``out``; ``name`` its aten name."""
+    op_flops, nbytes = op_cost(func, args, kwargs, out)
+    op = func._schema.name.rsplit("::", 1)[-1]
+    if op in MATMUL_OPS:
+        first, second = _MATMUL_OPERANDS[op]
+        return _matmul_spec(name, op_flops, nbytes, args[first], args[second])
+    if "dot_product" in op and "attention" in op:
+        backward = op.endswith("_backward")
+        query, key = (args[1], args[2]) if backward else (args[0], args[1])
+        if query.dim() == 4:
+            batch, heads, seq_q, head_dim = query.shape
+            dims = (batch, heads, key.shape[1], seq_q, key.shape[2], head_dim)
+            return KernelSpec(name, op_flops, nbytes, dtype_name(query.dtype), dims,
+                              "causal" if _is_causal(func, args, kwargs) else "full")
+    return KernelSpec(name, op_flops, nbytes, _elementwise_dtype(func, args, out))
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return DTYPE_NAMES.get(dtype) or str(dtype).removeprefix("torch.")
+
+
+def _matmul_spec(name: str, op_flops: int, nbytes: int, a: torch.Tensor,
+                 b: torch.Tensor) -> KernelSpec:
+    """``[batch,] m x k @ k x n``; layout letter ``t`` for an operand stored transposed."""
+    batch = a.shape[0] if a.dim() == 3 else 1
+    dims = (batch, a.shape[-2], b.shape[-1], a.shape[-1])
+    layout = ("n" if a.stride(-1) == 1 else "t") + ("n" if b.stride(-1) == 1 else "t")
+    dtype = dtype_name(a.dtype)
+    if dtype == "fp32" and torch.backends.cuda.matmul.allow_tf32:
+        dtype = "tf32"
+    return KernelSpec(name, op_flops, nbytes, dtype, dims, layout)
+
+
+def _elementwise_dtype(func: Any, args: tuple[Any, ...], out: Any) -> str:
+    """The dtype of the op's first tensor; ``src->dst`` for a cast (``_to_copy``)."""
+    source = next(iter(flat_tensors(args)), None)
+    if source is None:
+        source = next(iter(flat_tensors(out)), None)
+    if source is None:
+        return ""
+    if func.overloadpacket is aten._to_copy:
+        result = next(iter(flat_tensors(out)), source)
+        return f"{dtype_name(source.dtype)}->{dtype_name(result.dtype)}"
+    return dtype_name(source.dtype)
 
 
 def flops(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> int:

@@ -36,6 +36,8 @@ class Kernel:
     """aten op name, e.g. ``aten::mm`` (kernel names in the trace)."""
     flops: int = 0
     bytes: int = 0
+    source: str = ""
+    """Where ``duration_ns`` came from (a ``phantora.compute.CostSource`` value)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,8 +31,10 @@ from types import TracebackType
 
 from intercept.client import CoordinatorClient
 from intercept.clock import VirtualClock, patched_time
-from intercept.runtime import KernelDurationModel, RankRuntime
+from intercept.runtime import KernelCostModel, RankRuntime
 from phantora.cluster.catalogue import GpuSpec
+from phantora.compute.model import KernelCost
+from phantora.compute.spec import KernelSpec
 
 _PR_SET_PDEATHSIG = 1
 
@@ -79,11 +81,11 @@ class LaunchSpec:
         }
 
 
-def _no_compute_model(name: str, flops: int, nbytes: int, gpu: GpuSpec) -> int:
-    raise RuntimeError(f"kernel {name} launched in a rank started without the fake device")
+def _no_compute_model(spec: KernelSpec) -> KernelCost:
+    raise RuntimeError(f"kernel {spec.name} launched in a rank started without the fake device")
 
 
-def run_rank(spec: LaunchSpec, rank: int, kernel_duration: KernelDurationModel | None,
+def run_rank(spec: LaunchSpec, rank: int, kernel_cost: KernelCostModel | None,
              server_pid: int) -> None:
     """Become rank ``rank`` and run the script (see the module docstring); never returns.
 
@@ -93,7 +95,7 @@ def run_rank(spec: LaunchSpec, rank: int, kernel_duration: KernelDurationModel |
     try:
         _detach(server_pid)
         _redirect_output(spec.log_path(rank))
-        status = _run(spec, rank, kernel_duration or _no_compute_model)
+        status = _run(spec, rank, kernel_cost or _no_compute_model)
     except BaseException:  # noqa: BLE001 - the rank must never return into the fork server
         traceback.print_exc()
     finally:
@@ -129,7 +131,7 @@ def _redirect_output(path: Path) -> None:
     sys.stderr.reconfigure(line_buffering=True)  # type: ignore[union-attr]
 
 
-def _run(spec: LaunchSpec, rank: int, kernel_duration: KernelDurationModel) -> int:
+def _run(spec: LaunchSpec, rank: int, kernel_cost: KernelCostModel) -> int:
     """Set up the rank, run the script, send the Exit; returns the exit status."""
     os.environ.update(spec.env)
     os.environ.update(spec.rank_env(rank))
@@ -143,7 +145,7 @@ def _run(spec: LaunchSpec, rank: int, kernel_duration: KernelDurationModel) -> i
     runtime = RankRuntime(rank=rank, world_size=spec.world_size,
                           local_rank=rank % spec.ranks_per_host,
                           local_world_size=spec.ranks_per_host, gpu=spec.gpu, clock=clock,
-                          client=client, kernel_duration=kernel_duration)
+                          client=client, kernel_cost=kernel_cost)
     runtime.make_current()
     client.start()
     with patched_time(clock):

@@ -25,9 +25,11 @@ from intercept.client import CoordinatorClient
 from intercept.clock import VirtualClock
 from intercept.protocol import Collective, EventRecord, Exit, Kernel, RankStats, StreamWait
 from phantora.cluster.catalogue import GpuSpec
+from phantora.compute.model import KernelCost
+from phantora.compute.spec import KernelSpec
 
-KernelDurationModel = Callable[[str, int, int, GpuSpec], int]
-"""``(op name, flops, bytes, gpu) -> duration ns``: the compute model (``phantora.compute``)."""
+KernelCostModel = Callable[[KernelSpec], KernelCost]
+"""The compute model of the rank's GPU (``phantora.compute.ComputeModel.cost``)."""
 
 KERNEL_LAUNCH_OVERHEAD_NS = 9_000
 """CPU time a real host spends on one kernel or collective beyond the script's Python call of
@@ -50,7 +52,7 @@ class RankRuntime:
 
     def __init__(self, *, rank: int, world_size: int, local_rank: int, local_world_size: int,
                  gpu: GpuSpec, clock: VirtualClock, client: CoordinatorClient,
-                 kernel_duration: KernelDurationModel,
+                 kernel_cost: KernelCostModel,
                  launch_overhead_ns: int = KERNEL_LAUNCH_OVERHEAD_NS) -> None:
         self.rank = rank
         self.world_size = world_size
@@ -59,7 +61,7 @@ class RankRuntime:
         self.gpu = gpu
         self.clock = clock
         self._client = client
-        self._kernel_duration = kernel_duration
+        self._kernel_cost = kernel_cost
         self._launch_overhead_ns = launch_overhead_ns
         self._events = itertools.count(1)
         self._comm_lock = threading.Lock()
@@ -80,14 +82,14 @@ class RankRuntime:
         """CPU time spent inside is the simulator's, not the script's (not in virtual time)."""
         return self.clock.excluded()
 
-    def kernel(self, name: str, flops: int, nbytes: int, stream: int) -> None:
+    def kernel(self, spec: KernelSpec, stream: int) -> None:
         """Record a kernel launch at the current clock; charges the modelled launch overhead
         to the clock and the compute model's duration to the GPU stream."""
         with self.clock.excluded():
-            duration_ns = self._kernel_duration(name, flops, nbytes, self.gpu)
+            cost = self._kernel_cost(spec)
             self._launch()
-            self._client.add(Kernel, stream=stream, duration_ns=duration_ns, name=name,
-                             flops=flops, bytes=nbytes)
+            self._client.add(Kernel, stream=stream, duration_ns=cost.duration_ns, name=spec.name,
+                             flops=spec.flops, bytes=spec.bytes, source=cost.source.value)
 
     def new_event(self) -> int:
         """A fresh event id of this rank."""

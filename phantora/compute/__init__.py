@@ -1,28 +1,13 @@
-"""The kernel-time model: how long a GPU kernel runs, from its FLOPs and bytes.
+"""The kernel-time model: how long a GPU kernel runs on the scenario's GPU.
 
-For now a roofline from the GPU catalogue (:mod:`.roofline`), with a list of ops known to be
-memory-bound (:mod:`.ops`) so that ops without a FLOP formula are told apart from unknown ones,
-and a coverage record (:mod:`.coverage`) saying where the simulated GPU time came from.
+Measured tables of the lent H100/H200 (:mod:`.table`), interpolated between measured shapes;
+a roofline with efficiency curves fitted from those tables for everything else
+(:mod:`.fitted`); :mod:`.model` picks between them per launch (:mod:`.spec` describes one) and
+says which it used, and :mod:`.coverage` sums that up for ``summary.json``.
 """
 
 from phantora.compute.coverage import Coverage
-from phantora.compute.roofline import (
-    COMPUTE_EFFICIENCY,
-    KERNEL_FLOOR_NS,
-    MEMORY_EFFICIENCY,
-    CostSource,
-    KernelCost,
-    kernel_cost,
-    kernel_duration_ns,
-)
+from phantora.compute.model import ComputeModel, CostSource, KernelCost
+from phantora.compute.spec import KernelSpec
 
-__all__ = [
-    "COMPUTE_EFFICIENCY",
-    "KERNEL_FLOOR_NS",
-    "MEMORY_EFFICIENCY",
-    "CostSource",
-    "Coverage",
-    "KernelCost",
-    "kernel_cost",
-    "kernel_duration_ns",
-]
+__all__ = ["ComputeModel", "CostSource", "Coverage", "KernelCost", "KernelSpec"]

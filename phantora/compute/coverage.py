@@ -1,15 +1,16 @@
-"""How kernel time was costed, for the ``compute`` section of ``summary.json``.
+"""Where the simulated GPU time came from, for the ``compute_coverage`` of ``summary.json``.
 
 A simulated step is only as good as its kernel durations; this record says how much of the
-GPU time came from each cost source (roofline compute, roofline memory, the per-kernel floor,
-unknown ops costed by bytes) and which ops dominate, so a missing formula is visible.
+GPU time came from measured tables (exact or interpolated) and how much from the fallbacks
+(fitted roofline, unknown ops, host copies), and which ops dominate each, so a missing
+measurement is visible rather than silently cheap.
 """
 
 from dataclasses import dataclass, field
 from typing import Any
 
 from phantora.cluster.catalogue import GpuSpec
-from phantora.compute.roofline import CostSource, kernel_cost
+from phantora.compute.model import CostSource
 
 
 @dataclass(slots=True)
@@ -30,11 +31,11 @@ class Coverage:
     by_source: dict[CostSource, _Tally] = field(default_factory=dict)
     by_op: dict[str, dict[CostSource, _Tally]] = field(default_factory=dict)
 
-    def record(self, name: str, flops: int, nbytes: int, duration_ns: int) -> None:
-        """Count one kernel; its source is classified from its name, FLOPs and bytes."""
-        source = kernel_cost(name, flops, nbytes, self.gpu).source
-        self.by_source.setdefault(source, _Tally()).add(duration_ns)
-        self.by_op.setdefault(name, {}).setdefault(source, _Tally()).add(duration_ns)
+    def record(self, name: str, source: str, duration_ns: int) -> None:
+        """Count one kernel costed by ``source`` (a :class:`CostSource` value)."""
+        cost_source = CostSource(source)
+        self.by_source.setdefault(cost_source, _Tally()).add(duration_ns)
+        self.by_op.setdefault(name, {}).setdefault(cost_source, _Tally()).add(duration_ns)
 
     @property
     def kernels(self) -> int:
@@ -44,35 +45,46 @@ class Coverage:
     def time_ns(self) -> int:
         return sum(tally.time_ns for tally in self.by_source.values())
 
-    def unknown_ops(self) -> list[str]:
-        """Names of ops costed by the unknown-op fallback, most time first."""
-        unknown = [(sources[CostSource.UNKNOWN].time_ns, name)
-                   for name, sources in self.by_op.items() if CostSource.UNKNOWN in sources]
-        return [name for _, name in sorted(unknown, key=lambda item: (-item[0], item[1]))]
+    def ops_from(self, source: CostSource) -> list[str]:
+        """Names of ops (partly) costed by ``source``, most time first."""
+        found = [(sources[source].time_ns, name)
+                 for name, sources in self.by_op.items() if source in sources]
+        return [name for _, name in sorted(found, key=lambda item: (-item[0], item[1]))]
 
     def to_dict(self, top: int = 20) -> dict[str, Any]:
-        """The JSON form: totals, time by source (with shares), the ``top`` ops by time."""
+        """The JSON form: totals, time by source (with shares), the ``top`` ops by time, the
+        ``top`` ops by time costed without a table (``fallback_ops``), and unknown ops."""
         total_ns = self.time_ns
 
         def share(time_ns: int) -> float:
             return round(time_ns / total_ns, 4) if total_ns else 0.0
 
-        rows = []
-        for name, sources in self.by_op.items():
-            main = max(sources, key=lambda s: (sources[s].time_ns, s.value))
-            rows.append((sum(t.time_ns for t in sources.values()), name,
-                         sum(t.kernels for t in sources.values()), main))
-        rows.sort(key=lambda row: (-row[0], row[1]))
-        top_ops = [{"name": name, "source": main.value, "kernels": kernels, "time_ns": time_ns,
-                    "share": share(time_ns)} for time_ns, name, kernels, main in rows[:top]]
+        def rows(only_fallback: bool) -> list[dict[str, Any]]:
+            found = []
+            for name, sources in self.by_op.items():
+                tallies = {s: t for s, t in sources.items()
+                           if not (only_fallback and s.from_table)}
+                if not tallies:
+                    continue
+                main = max(tallies, key=lambda s: (tallies[s].time_ns, s.value))
+                found.append((sum(t.time_ns for t in tallies.values()), name,
+                              sum(t.kernels for t in tallies.values()), main))
+            found.sort(key=lambda row: (-row[0], row[1]))
+            return [{"name": name, "source": main.value, "kernels": kernels,
+                     "time_ns": time_ns, "share": share(time_ns)}
+                    for time_ns, name, kernels, main in found[:top]]
+
+        from_table_ns = sum(t.time_ns for s, t in self.by_source.items() if s.from_table)
         return {
             "gpu": self.gpu.name,
             "kernels": self.kernels,
             "time_ns": total_ns,
+            "from_tables_share": share(from_table_ns),
             "by_source": {source.value: {"kernels": self.by_source[source].kernels,
                                          "time_ns": self.by_source[source].time_ns,
                                          "share": share(self.by_source[source].time_ns)}
                           for source in CostSource if source in self.by_source},
-            "top_ops": top_ops,
-            "unknown_ops": self.unknown_ops(),
+            "top_ops": rows(only_fallback=False),
+            "fallback_ops": rows(only_fallback=True),
+            "unknown_ops": self.ops_from(CostSource.UNKNOWN),
         }

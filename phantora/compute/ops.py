@@ -15,7 +15,7 @@ MEMORY_BOUND_OPS: frozenset[str] = frozenset({
     "masked_fill", "maximum", "minimum", "mul", "ne", "neg", "pow", "reciprocal", "relu",
     "rsqrt", "sigmoid", "sigmoid_backward", "sign", "silu", "silu_backward", "sqrt", "sub",
     "tanh", "tanh_backward", "threshold_backward", "where", "zero", "zeros", "ones",
-    "full", "arange", "sgn", "erf", "cos", "sin", "floor_divide", "remainder",
+    "full", "zeros_like", "ones_like", "full_like", "new_zeros", "new_ones", "new_full", "arange", "sgn", "erf", "cos", "sin", "floor_divide", "remainder",
     # copies, casts, layout changes and indexing
     "_to_copy", "clone", "copy", "cat", "stack", "index", "index_put", "index_select",
     "gather", "scatter", "scatter_add", "embedding", "embedding_dense_backward", "repeat",
@@ -36,6 +36,14 @@ MEMORY_BOUND_OPS: frozenset[str] = frozenset({
 
 MEMORY_BOUND_PREFIXES: tuple[str, ...] = ("_foreach_", "_fused_adam", "_fused_sgd")
 """Optimizer kernels: multi-tensor loops that stream parameters, grads and states once."""
+
+
+SAME_KERNEL_AS: dict[str, str] = {
+    "zeros": "zero", "zeros_like": "zero", "new_zeros": "zero",
+    "ones": "fill", "ones_like": "fill", "full": "fill", "full_like": "fill",
+    "new_ones": "fill", "new_full": "fill",
+}
+"""Factory ops that launch the kernel of a measured op (a fill of their output)."""
 
 
 def base_name(name: str) -> str:

@@ -320,7 +320,7 @@ class LiveEngine:
         if isinstance(op, Kernel):
             counts["kernels"] += 1
             if self._coverage is not None:
-                self._coverage.record(op.name, op.flops, op.bytes, op.duration_ns)
+                self._coverage.record(op.name, op.source, op.duration_ns)
         elif isinstance(op, EventRecord):
             counts["event_records"] += 1
         elif isinstance(op, StreamWait):

@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from phantora.compute.spec import KernelSpec
+
 REPO = Path(__file__).resolve().parents[2]
 LAUNCH_OVERHEAD_NS = 5_000
 """Stand-in clock advance per kernel launch."""
@@ -73,9 +75,9 @@ class StandInRuntime:
         if self._excluded_depth:
             raise AssertionError(f"runtime.{call} called inside excluded()")
 
-    def kernel(self, name: str, flops: int, nbytes: int, stream: int) -> None:
+    def kernel(self, spec: KernelSpec, stream: int) -> None:
         self._check("kernel")
-        self.kernels.append((name, flops, nbytes, stream))
+        self.kernels.append((spec.name, spec.flops, spec.bytes, stream))
         self.clock_ns += LAUNCH_OVERHEAD_NS
         start = max(self.clock_ns, self._stream_free_ns.get(stream, 0))
         self._stream_free_ns[stream] = start + KERNEL_NS

@@ -13,13 +13,14 @@ from intercept.clock import VirtualClock
 from intercept.protocol import Batch, Op, Reply
 from intercept.runtime import RankRuntime
 from phantora.cluster.catalogue import lookup_gpu
+from phantora.compute import CostSource, KernelCost, KernelSpec
 
 KERNEL_NS = 10_000
 """Duration the stand-in compute model gives every kernel."""
 
 
-def kernel_duration(name: str, flops: int, nbytes: int, gpu: object) -> int:
-    return KERNEL_NS
+def kernel_cost(spec: KernelSpec) -> KernelCost:
+    return KernelCost(KERNEL_NS, CostSource.MEASURED)
 
 
 class FakeCoordinator:
@@ -70,7 +71,7 @@ def make_runtime(*, rank: int = 0, world_size: int = 1, op_cost_ns: int | None =
     client = CoordinatorClient(ours, clock, **client_kwargs)  # type: ignore[arg-type]
     runtime = RankRuntime(rank=rank, world_size=world_size, local_rank=rank,
                           local_world_size=world_size, gpu=lookup_gpu("h100"), clock=clock,
-                          client=client, kernel_duration=kernel_duration)
+                          client=client, kernel_cost=kernel_cost)
     if heartbeat:
         client.start()
     return runtime, FakeCoordinator(theirs)

@@ -4,7 +4,8 @@ from typing import Any
 
 import pytest
 
-from intercept.fake_mode import FLOAT_VALUE, INT_VALUE, MEMCPY_DTOH, MEMCPY_HTOD, SELECT_FRACTION
+from intercept.fake_mode import FLOAT_VALUE, INT_VALUE, SELECT_FRACTION
+from phantora.compute.spec import MEMCPY_DTOH, MEMCPY_HTOD
 from tests.intercept.device_harness import run_snippet
 
 TRAINING_STEP = """

@@ -57,3 +57,49 @@ def test_flat_tensors_finds_nested_tensors_in_order() -> None:
     a, b, c = meta(1), meta(2), meta(3)
     found = op_costs.flat_tensors(([a, (b, 5)], {"x": c, "y": None}))
     assert [t.shape[0] for t in found] == [1, 2, 3]
+
+
+def test_matmul_spec_carries_shape_layout_and_dtype() -> None:
+    x, weight = meta(64, 32, dtype=torch.bfloat16), meta(48, 32, dtype=torch.bfloat16)
+    bias = meta(48, dtype=torch.bfloat16)
+    args = (bias, x, weight.t())
+    spec = op_costs.kernel_spec("aten::addmm", aten.addmm.default, args, {},
+                                aten.addmm.default(*args))
+    assert (spec.dims, spec.variant, spec.dtype) == ((1, 64, 48, 32), "nt", "bf16")
+    grad = meta(64, 48, dtype=torch.bfloat16)  # linear's weight gradient: grad.T @ x
+    spec = op_costs.kernel_spec("aten::mm", aten.mm.default, (grad.t(), x), {},
+                                aten.mm.default(grad.t(), x))
+    assert (spec.dims, spec.variant) == ((1, 48, 32, 64), "tn")
+    a, b = meta(4, 8, 16), meta(4, 16, 2)
+    previous = torch.backends.cuda.matmul.allow_tf32
+    try:
+        for allow, dtype in ((True, "tf32"), (False, "fp32")):
+            torch.backends.cuda.matmul.allow_tf32 = allow
+            spec = op_costs.kernel_spec("aten::bmm", aten.bmm.default, (a, b), {},
+                                        aten.bmm.default(a, b))
+            assert (spec.dims, spec.dtype) == ((4, 8, 2, 16), dtype)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous
+
+
+def test_attention_spec_carries_heads_sequences_and_causality() -> None:
+    q, kv = meta(2, 8, 128, 64, dtype=torch.bfloat16), meta(2, 2, 256, 64, dtype=torch.bfloat16)
+    op = aten._scaled_dot_product_flash_attention.default
+    spec = op_costs.kernel_spec("aten::_scaled_dot_product_flash_attention", op,
+                                (q, kv, kv, 0.0, True), {}, None)
+    assert (spec.dims, spec.variant, spec.dtype) == ((2, 8, 2, 128, 256, 64), "causal", "bf16")
+
+
+def test_a_cast_names_both_dtypes() -> None:
+    x = meta(10)
+    out = aten._to_copy.default(x, dtype=torch.bfloat16)
+    spec = op_costs.kernel_spec("aten::_to_copy", aten._to_copy.default, (x,),
+                                {"dtype": torch.bfloat16}, out)
+    assert spec.dtype == "fp32->bf16" and spec.dims == ()
+
+
+def test_gathers_count_the_rows_they_read_not_the_whole_table() -> None:
+    weight, tokens = meta(50304, 768), torch.empty(2048, dtype=torch.int64, device="meta")
+    out = aten.embedding.default(weight, tokens)
+    _, nbytes = op_costs.op_cost(aten.embedding.default, (weight, tokens), {}, out)
+    assert nbytes == 8 * 2048 + 2 * 4 * 2048 * 768  # indices, gathered rows, output

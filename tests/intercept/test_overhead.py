@@ -29,7 +29,7 @@ device.prepare(lookup_gpu("h100"), 1)
 from intercept.client import CoordinatorClient
 from intercept.clock import VirtualClock
 from intercept.runtime import RankRuntime
-from tests.intercept.dist_coordinator import FakeCoordinator, kernel_duration
+from tests.intercept.dist_coordinator import FakeCoordinator, kernel_cost
 ours, theirs = Pipe()
 if os.fork() == 0:  # the stand-in coordinator: its CPU time must not be the rank's
     ours.close()
@@ -39,7 +39,7 @@ theirs.close()
 clock = VirtualClock(epoch_ns=0)
 runtime = RankRuntime(rank=0, world_size=1, local_rank=0, local_world_size=1,
                       gpu=lookup_gpu("h100"), clock=clock, client=CoordinatorClient(ours, clock),
-                      kernel_duration=kernel_duration)
+                      kernel_cost=kernel_cost)
 runtime.make_current()
 device.enter_fake_mode(runtime=runtime)
 import torch

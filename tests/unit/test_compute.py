@@ -1,72 +1,132 @@
-"""The roofline kernel model and its coverage record."""
+"""The compute model: measured tables, interpolation, fitted fallback, coverage."""
 
-from math import ceil
+import json
 
+import numpy as np
 import pytest
 
 from phantora.cluster.catalogue import lookup_gpu
-from phantora.compute import (
-    COMPUTE_EFFICIENCY,
-    KERNEL_FLOOR_NS,
-    MEMORY_EFFICIENCY,
-    CostSource,
-    Coverage,
-    kernel_cost,
-    kernel_duration_ns,
-)
+from phantora.compute import ComputeModel, CostSource, Coverage, KernelSpec
+from phantora.compute.model import HOST_COPY_LATENCY_NS, HOST_LINK_GBS, table_path
 from phantora.compute.ops import base_name, is_memory_bound
+from phantora.compute.spec import MEMCPY_HTOD, Family
+from phantora.compute.table import KernelTable
 
 H100 = lookup_gpu("h100")
 H200 = lookup_gpu("h200")
+A100 = lookup_gpu("a100-80g")
 
 
-def test_a_large_gemm_runs_at_the_measured_share_of_peak() -> None:
-    flops = 2 * 8192**3
-    cost = kernel_cost("aten::mm", flops, 3 * 8192 * 8192 * 2, H100)
-    assert cost.source is CostSource.COMPUTE
-    achieved_tflops = flops / cost.duration_ns / 1e3
-    # Measured 788-800 TFLOP/s on the lent H100/H200 (80% of the 989 dense peak).
-    assert 780 <= achieved_tflops <= 800
-    assert achieved_tflops == pytest.approx(H100.bf16_tflops * COMPUTE_EFFICIENCY, rel=0.01)
+@pytest.fixture(scope="module")
+def h100() -> ComputeModel:
+    return ComputeModel.for_gpu(H100)
 
 
-def test_a_streaming_op_moves_bytes_at_the_sustained_hbm_rate() -> None:
-    nbytes = 12 * 2**28  # fp32 add of 2^28 elements: two reads, one write
-    for gpu in (H100, H200):
-        cost = kernel_cost("aten::add.Tensor", 0, nbytes, gpu)
-        assert cost.source is CostSource.MEMORY
-        assert cost.duration_ns == KERNEL_FLOOR_NS + ceil(nbytes / (gpu.hbm_gbs
-                                                                     * MEMORY_EFFICIENCY))
-    h100_ns = kernel_duration_ns("aten::add.Tensor", 0, nbytes, H100)
-    assert nbytes / h100_ns == pytest.approx(3000, rel=0.03)  # GB/s; 3.0 TB/s measured
+def mm(m: int, n: int, k: int, dtype: str = "bf16", layout: str = "nt") -> KernelSpec:
+    return KernelSpec("aten::mm", 2 * m * n * k, 2 * (m * k + k * n + m * n), dtype,
+                      (1, m, n, k), layout)
 
 
-def test_flop_counted_ops_can_be_memory_bound() -> None:
-    # A skinny matmul: 2 * 8 * 8192 * 8192 FLOPs over a 128 MiB weight read.
-    cost = kernel_cost("aten::mm", 2 * 8 * 8192 * 8192, 8192 * 8192 * 2, H100)
-    assert cost.source is CostSource.MEMORY
+def test_a_measured_shape_costs_its_measured_time(h100: ComputeModel) -> None:
+    row = next(r for r in h100.table.rows  # type: ignore[union-attr]
+               if r["aten_ops"] == "mm" and r["dtype"] == "bf16" and r["cache"] == "cold")
+    shape = json.loads(row["shape"])
+    cost = h100.cost(mm(shape["m"], shape["n"], shape["k"], layout=shape["layout"]))
+    assert cost.source is CostSource.MEASURED
+    assert cost.duration_ns == round(float(row["time_us"]) * 1e3)
 
 
-def test_no_kernel_is_free_and_tiny_ones_cost_the_floor() -> None:
-    assert kernel_duration_ns("aten::fill_.Scalar", 0, 0, H100) == KERNEL_FLOOR_NS
-    cost = kernel_cost("aten::add_.Tensor", 0, 12, H100)
-    assert cost == kernel_cost("aten::add_.Tensor", 0, 12, H200)
-    assert cost.source is CostSource.FLOOR and cost.duration_ns == KERNEL_FLOOR_NS + 1
+def test_off_grid_matmuls_are_interpolated_and_grow_with_work(h100: ComputeModel) -> None:
+    small, large = h100.cost(mm(3000, 3000, 3000)), h100.cost(mm(6000, 3000, 3000))
+    assert small.source is large.source is CostSource.INTERPOLATED
+    assert 1.6 < large.duration_ns / small.duration_ns < 2.4
+    # 5.4e10 FLOP at 40-90% of the 989 TFLOP/s peak
+    assert 54e9 / 890e3 < small.duration_ns < 54e9 / 395e3
 
 
-def test_unknown_ops_are_costed_by_their_bytes_and_flagged() -> None:
-    unknown = kernel_cost("aten::mystery_op", 0, 1 << 30, H100)
-    known = kernel_cost("aten::clone", 0, 1 << 30, H100)
-    assert unknown.source is CostSource.UNKNOWN and known.source is CostSource.MEMORY
-    assert unknown.duration_ns == known.duration_ns
-    assert kernel_cost("aten::mystery_op", 0, 0, H100).duration_ns == KERNEL_FLOOR_NS
-    # A matrix product without a FLOP count is not silently treated as memory-bound.
-    assert kernel_cost("aten::mm", 0, 1 << 20, H100).source is CostSource.UNKNOWN
+def test_interpolation_predicts_the_measured_holdout_matmuls() -> None:
+    """The random off-grid shapes of the H100 table, predicted from the rest of it."""
+    path = table_path("h100")
+    assert path is not None
+    rest = KernelTable.load(path, holdout=False)
+    model = ComputeModel(H100, rest, ComputeModel.for_gpu(H100).curves)
+    errors = []
+    for row in KernelTable.load(path).rows:
+        shape = json.loads(row["shape"])
+        if shape.get("holdout") and row["aten_ops"] == "mm" and row["dtype"] == "bf16":
+            predicted = model.cost(mm(shape["m"], shape["n"], shape["k"],
+                                      layout=shape["layout"]))
+            assert predicted.source is CostSource.INTERPOLATED
+            errors.append(predicted.duration_ns / (float(row["time_us"]) * 1e3) - 1)
+    assert len(errors) > 100
+    assert np.median(np.abs(errors)) < 0.12
 
 
-def test_negative_work_is_rejected() -> None:
+def test_fp32_without_tf32_runs_far_slower_than_tf32_and_bf16(h100: ComputeModel) -> None:
+    times = {dtype: h100.cost(mm(4096, 4096, 4096, dtype)).duration_ns
+             for dtype in ("bf16", "tf32", "fp32")}
+    assert times["bf16"] < times["tf32"] < times["fp32"]
+    assert times["fp32"] > 5 * times["tf32"]
+
+
+def test_attention_is_costed_from_the_default_backend_rows(h100: ComputeModel) -> None:
+    dims = (8, 12, 12, 1024, 1024, 64)
+    forward = h100.cost(KernelSpec("aten::_scaled_dot_product_flash_attention", 1, 1,
+                                   "bf16", dims, "causal"))
+    backward = h100.cost(KernelSpec("aten::_scaled_dot_product_flash_attention_backward", 1,
+                                    1, "bf16", dims, "causal"))
+    full = h100.cost(KernelSpec("aten::_scaled_dot_product_flash_attention", 1, 1, "bf16",
+                                dims, "full"))
+    assert forward.source is CostSource.INTERPOLATED
+    assert forward.duration_ns < full.duration_ns < 3 * forward.duration_ns
+    assert 1.5 < backward.duration_ns / forward.duration_ns < 5
+
+
+def test_memory_bound_ops_follow_their_measured_bandwidth(h100: ComputeModel) -> None:
+    big = h100.cost(KernelSpec("aten::add.Tensor", 0, 3 * 2**30, "bf16"))
+    assert big.source in (CostSource.INTERPOLATED, CostSource.MEASURED)
+    assert 0.6 < (3 * 2**30 / big.duration_ns) / H100.hbm_gbs < 1.0  # of the HBM peak
+    tiny = h100.cost(KernelSpec("aten::add.Tensor", 0, 12, "bf16"))
+    assert h100.curves.floor_ns <= tiny.duration_ns < 5_000  # launch-bound, not free
+
+
+def test_a_gpu_without_tables_gets_fitted_curves_at_its_own_peaks() -> None:
+    a100 = ComputeModel.for_gpu(A100)
+    assert a100.table is None and a100.curves.source == "h100"
+    gemm = mm(8192, 8192, 8192)
+    cost = a100.cost(gemm)
+    assert cost.source is CostSource.FITTED
+    h100_ns = ComputeModel.for_gpu(H100).cost(gemm).duration_ns
+    assert cost.duration_ns / h100_ns == pytest.approx(H100.bf16_tflops / A100.bf16_tflops,
+                                                       rel=0.15)
+
+
+def test_unknown_ops_are_costed_by_their_bytes_and_flagged(h100: ComputeModel) -> None:
+    unknown = h100.cost(KernelSpec("aten::mystery_op", 0, 1 << 30))
+    assert unknown.source is CostSource.UNKNOWN
+    assert unknown.duration_ns == h100.curves.memory_ns(1 << 30, H100)
+    assert h100.cost(KernelSpec("aten::mystery_op")).duration_ns == h100.curves.floor_ns
+    # A known memory-bound op outside the tables is a fitted estimate, not an unknown one.
+    assert h100.cost(KernelSpec("aten::flip", 0, 1 << 30)).source is CostSource.FITTED
+
+
+def test_host_copies_cross_pcie(h100: ComputeModel) -> None:
+    cost = h100.cost(KernelSpec(MEMCPY_HTOD, bytes=1 << 30))
+    assert cost.source is CostSource.HOST_TRANSFER
+    assert cost.duration_ns == HOST_COPY_LATENCY_NS + round((1 << 30) / HOST_LINK_GBS)
+
+
+def test_negative_work_is_rejected(h100: ComputeModel) -> None:
     with pytest.raises(ValueError, match="aten::mm: flops"):
-        kernel_cost("aten::mm", -1, 0, H100)
+        h100.cost(KernelSpec("aten::mm", -1))
+
+
+def test_a_spec_names_its_family() -> None:
+    assert mm(8, 8, 8).family is Family.MATMUL
+    assert KernelSpec("aten::mm").family is Family.OTHER  # no shape: cannot use the tables
+    assert KernelSpec("aten::_scaled_dot_product_cudnn_attention_backward",
+                      dims=(1, 1, 1, 1, 1, 1)).family is Family.ATTENTION_BWD
+    assert KernelSpec(MEMCPY_HTOD).family is Family.HOST_TRANSFER
 
 
 @pytest.mark.parametrize(("name", "base", "memory_bound"), [
@@ -83,23 +143,23 @@ def test_op_names_are_normalised_before_lookup(name: str, base: str, memory_boun
     assert is_memory_bound(name) is memory_bound
 
 
-def test_coverage_accounts_time_by_source_and_names_unknown_ops() -> None:
+def test_coverage_accounts_time_by_source_and_names_fallback_ops() -> None:
     coverage = Coverage(H100)
-    gemm = 2 * 4096**3
     for _ in range(3):
-        coverage.record("aten::mm", gemm, 3 * 4096 * 4096 * 2, 200_000)
-    coverage.record("aten::add.Tensor", 0, 1 << 30, 400_000)
-    coverage.record("aten::mystery_op", 0, 1 << 20, 5_000)
-    coverage.record("aten::zero_", 0, 4, 1_901)
+        coverage.record("aten::mm", "measured", 200_000)
+    coverage.record("aten::add.Tensor", "interpolated", 400_000)
+    coverage.record("aten::mystery_op", "unknown-op", 5_000)
+    coverage.record("aten::flip", "fitted-roofline", 1_900)
     summary = coverage.to_dict(top=2)
-    assert summary["kernels"] == 6 and summary["time_ns"] == 1_006_901
+    assert summary["kernels"] == 6 and summary["time_ns"] == 1_006_900
+    assert summary["from_tables_share"] == round(1_000_000 / 1_006_900, 4)
     by_source = summary["by_source"]
-    assert list(by_source) == ["roofline-compute", "roofline-memory", "kernel-floor",
-                               "unknown-op"]
-    assert by_source["roofline-compute"] == {"kernels": 3, "time_ns": 600_000,
-                                             "share": round(600_000 / 1_006_901, 4)}
-    assert by_source["unknown-op"]["time_ns"] == 5_000
-    assert sum(s["time_ns"] for s in by_source.values()) == summary["time_ns"]
+    assert list(by_source) == ["measured", "interpolated", "fitted-roofline", "unknown-op"]
+    assert by_source["measured"] == {"kernels": 3, "time_ns": 600_000,
+                                     "share": round(600_000 / 1_006_900, 4)}
     assert [(op["name"], op["source"], op["kernels"]) for op in summary["top_ops"]] == [
-        ("aten::mm", "roofline-compute", 3), ("aten::add.Tensor", "roofline-memory", 1)]
+        ("aten::mm", "measured", 3), ("aten::add.Tensor", "interpolated", 1)]
+    assert [op["name"] for op in summary["fallback_ops"]] == ["aten::mystery_op", "aten::flip"]
     assert summary["unknown_ops"] == ["aten::mystery_op"]
+    with pytest.raises(ValueError):
+        coverage.record("aten::mm", "a guess", 1)

@@ -1,0 +1,108 @@
+"""Roofline with efficiency curves fitted from a measured table: the fallback of the model.
+
+For a GPU without its own table (A100, B200, ...) or an op the tables do not hold, a kernel's
+time is its work at the share of the GPU's peak that measured kernels of the same kind and
+size reach::
+
+    duration = max(floor, flops / (peak_flops * eff_compute(dtype, flops)),
+                   bytes / (hbm_bandwidth * eff_memory(bytes)))
+
+Each ``eff`` is the median achieved/peak of the table's rows per power-of-two bin of work,
+linearly interpolated in log2(work) and flat beyond the measured range. It carries what a
+single efficiency cannot: small matmuls run far below the large ones' ~80% of peak, small
+copies far below the HBM rate. Matmul efficiencies are per dtype against the *bf16* peak (the
+catalogue's one compute figure), so fp32 without TF32 comes out ~15x slower, as measured.
+"""
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from phantora.cluster.catalogue import GpuSpec
+from phantora.compute.table import KernelTable, attention_flops, matmul_flops
+
+
+@dataclass(frozen=True)
+class _Curve:
+    log2_work: np.ndarray
+    efficiency: np.ndarray
+
+    @classmethod
+    def fit(cls, work: list[float], efficiency: list[float]) -> "_Curve":
+        bins: dict[int, list[float]] = {}
+        for w, e in zip(work, efficiency, strict=True):
+            bins.setdefault(round(np.log2(w)), []).append(e)
+        keys = sorted(bins)
+        return cls(np.array(keys, dtype=float),
+                   np.array([float(np.median(bins[key])) for key in keys]))
+
+    def __call__(self, work: float) -> float:
+        return float(np.interp(np.log2(max(work, 1.0)), self.log2_work, self.efficiency))
+
+
+@dataclass(frozen=True)
+class EfficiencyCurves:
+    """Achieved share of peak by kind of kernel and amount of work, fitted from one table."""
+
+    matmul: dict[str, _Curve]
+    """dtype -> share of the bf16 tensor peak."""
+    attention: dict[str, _Curve]
+    """``"fwd"``/``"bwd"`` -> share of the bf16 tensor peak."""
+    memory: _Curve
+    """Share of the HBM bandwidth, by bytes moved."""
+    floor_ns: int
+    """The fastest kernel in the table: what any kernel costs at least."""
+    source: str
+    """Which GPU's table the curves come from."""
+
+    @classmethod
+    def fit(cls, table: KernelTable, measured_on: GpuSpec) -> "EfficiencyCurves":
+        matmul: dict[str, tuple[list[float], list[float]]] = {}
+        attention: dict[str, tuple[list[float], list[float]]] = {}
+        memory: tuple[list[float], list[float]] = ([], [])
+        peak_flop_per_ns = measured_on.bf16_tflops * 1e3
+        for row in table.rows:
+            if row["cache"] != "cold":
+                continue
+            shape = json.loads(row["shape"])
+            time_ns = float(row["time_us"]) * 1e3
+            if row["section"] == "matmul":
+                flops = matmul_flops((shape.get("batch", 1), shape["m"], shape["n"], shape["k"]))
+                _append(matmul.setdefault(row["dtype"], ([], [])), flops,
+                        flops / time_ns / peak_flop_per_ns)
+            elif row["section"] == "attention":
+                direction = row["op"].rsplit("_", 1)[-1]
+                dims = (shape["batch"], shape["heads"], shape["kv_heads"], shape["seq"],
+                        shape["seq"], shape["head_dim"])
+                flops = attention_flops(dims, bool(shape["causal"]), direction == "bwd")
+                _append(attention.setdefault(direction, ([], [])), flops,
+                        flops / time_ns / peak_flop_per_ns)
+            elif "+" not in row["aten_ops"]:
+                nbytes = int(row["bytes"])
+                _append(memory, nbytes, nbytes / time_ns / measured_on.hbm_gbs)
+        floor_ns = round(min(float(row["time_us"]) for row in table.rows) * 1e3)
+        return cls({dtype: _Curve.fit(*points) for dtype, points in matmul.items()},
+                   {direction: _Curve.fit(*points) for direction, points in attention.items()},
+                   _Curve.fit(*memory), floor_ns, measured_on.name)
+
+    def compute_ns(self, flops: int, dtype: str, gpu: GpuSpec) -> int:
+        """A matrix product (or any FLOP-bound kernel) of ``flops`` in ``dtype``."""
+        curve = self.matmul.get(dtype) or self.matmul["bf16"]
+        return self._at_least_floor(flops / (gpu.bf16_tflops * 1e3 * curve(flops)))
+
+    def attention_ns(self, flops: int, backward: bool, gpu: GpuSpec) -> int:
+        curve = self.attention["bwd" if backward else "fwd"]
+        return self._at_least_floor(flops / (gpu.bf16_tflops * 1e3 * curve(flops)))
+
+    def memory_ns(self, nbytes: int, gpu: GpuSpec) -> int:
+        """A kernel bound by moving ``nbytes`` through HBM."""
+        return self._at_least_floor(nbytes / (gpu.hbm_gbs * self.memory(nbytes)))
+
+    def _at_least_floor(self, duration_ns: float) -> int:
+        return max(self.floor_ns, round(duration_ns))
+
+
+def _append(points: tuple[list[float], list[float]], work: float, efficiency: float) -> None:
+    points[0].append(work)
+    points[1].append(efficiency)

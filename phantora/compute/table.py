@@ -1,0 +1,331 @@
+"""Measured kernel times of one GPU, and interpolation between the measured shapes.
+
+The tables (``data/kernels_<gpu>.csv``, see ``data/README.md``) hold the device time of one
+call of an aten op per dtype and shape, measured on the lent GPUs by
+``scripts/measure_kernels.py``. A launch whose shape was measured gets that time; otherwise:
+
+* matmul and attention: the achieved rate (FLOP per ns) of the nearest measured shapes, in
+  log-space of the dimensions, inverse-distance weighted, times the launch's FLOPs. A kernel's
+  efficiency varies smoothly with its shape (tile quantisation aside), its time does not.
+* everything else: piecewise linear in log(time) over log(bytes) of the same op (same dtype
+  where measured), since those ops stream memory; below the smallest measured size the
+  smallest time holds (launch-bound), above the largest the last bandwidth holds.
+
+The model (``model.py``) keeps every estimate at or above the fastest kernel measured.
+"""
+
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from phantora.compute.ops import SAME_KERNEL_AS, base_name
+from phantora.compute.spec import Family, KernelSpec
+
+NEIGHBOURS = 8
+"""How many measured shapes an interpolated matmul/attention time is weighted from."""
+
+PRIOR_DISTANCE = 1.0
+"""In log2 units of the shape: measured shapes this far away weigh as much as "no correction"."""
+
+MATMUL_TILE = (256, 256, 64)
+ATTENTION_BLOCK = 128
+"""A kernel's work is counted on its dimensions rounded up to whole tiles (m, n, k for matmuls,
+the sequence for attention): a 1000-row matmul costs what a 1024-row one does. With these
+tiles, the H100 table's 320 random off-grid matmuls are predicted with a median error of 7.5%
+(17% without rounding; ``scripts/validate_compute.py``)."""
+
+BACKEND_OF_DEFAULT_SDPA = "cudnn"
+"""The attention kernels stock PyTorch picks on Hopper: the tables' ``default`` rows (no backend
+forced) dispatched ``_scaled_dot_product_cudnn_attention`` on both GPUs. The simulated rank sees
+whatever its CPU build dispatches, so every SDPA launch is costed from these rows (``cudnn`` and
+``default``), and from the ``flash`` rows only where those are missing."""
+
+
+ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+CROSS_ENTROPY_SPLIT: dict[str, tuple[tuple[str, int, float], ...]] = {
+    "cross_entropy_fwd": (("_log_softmax", 2, 1.0),),
+    "cross_entropy_bwd": (("_log_softmax_backward_data", 3, 0.75),
+                          ("nll_loss_backward", 2, 0.25)),
+}
+"""``F.cross_entropy`` was timed as a whole (two kernels per direction); its time goes to the
+ops that move the ``tokens x vocab`` matrix, each with the bytes the rank side counts for it
+(in passes over the matrix): ``nll_loss_forward`` only gathers one element per token (left to
+the fitted curve); backward splits by traffic, 3 passes for ``_log_softmax_backward_data``
+(read two, write one) to 1 for ``nll_loss_backward`` (fill the gradient; its input is not
+read), an assumption: the pair was not timed apart."""
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    duration_ns: int
+    exact: bool
+    """The shape itself was measured (else interpolated between measured shapes)."""
+
+
+def matmul_flops(dims: tuple[int, ...]) -> int:
+    batch, m, n, k = dims
+    return 2 * batch * m * n * k
+
+
+def matmul_work(dims: tuple[int, ...]) -> int:
+    """FLOPs on dimensions rounded up to whole :data:`MATMUL_TILE` tiles."""
+    batch, m, n, k = dims
+    tm, tn, tk = MATMUL_TILE
+    return 2 * batch * _round_up(m, tm) * _round_up(n, tn) * _round_up(k, tk)
+
+
+def attention_work(dims: tuple[int, ...], causal: bool, backward: bool) -> int:
+    """FLOPs on sequences rounded up to whole :data:`ATTENTION_BLOCK` blocks."""
+    batch, heads, kv_heads, seq_q, seq_kv, head_dim = dims
+    return attention_flops((batch, heads, kv_heads, _round_up(seq_q, ATTENTION_BLOCK),
+                            _round_up(seq_kv, ATTENTION_BLOCK), head_dim), causal, backward)
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def attention_flops(dims: tuple[int, ...], causal: bool, backward: bool) -> int:
+    """As the tables count them: 4*b*h*s_q*s_kv*d forward, half of it causal, backward 2.5x."""
+    batch, heads, _, seq_q, seq_kv, head_dim = dims
+    forward = 4 * batch * heads * seq_q * seq_kv * head_dim // (2 if causal else 1)
+    return forward * 5 // 2 if backward else forward
+
+
+@dataclass
+class _RatePool:
+    """Measured shapes of one op family and dtype: log2 shape features and achieved rates.
+
+    A launch's rate is the pool's typical rate at its amount of work (median per power of two
+    of work, interpolated) corrected by how its nearest measured shapes deviate from that
+    typical rate, inverse-distance weighted; a prior weight pulls the correction to zero when
+    no measured shape is near (:data:`PRIOR_DISTANCE`).
+    """
+
+    features: np.ndarray
+    variants: np.ndarray
+    log2_work: np.ndarray
+    log_rate: np.ndarray
+    curve_x: np.ndarray
+    curve_y: np.ndarray
+
+    @classmethod
+    def build(cls, points: list[tuple[list[float], str, int, float]]) -> "_RatePool":
+        log2_work = np.log2(np.array([p[2] for p in points], dtype=float))
+        log_rate = np.log(np.array([p[2] / p[3] for p in points]))
+        bins: dict[float, list[float]] = {}
+        for x, y in zip(np.round(log2_work), log_rate, strict=True):
+            bins.setdefault(float(x), []).append(float(y))
+        curve_x = np.array(sorted(bins))
+        return cls(np.array([p[0] for p in points]), np.array([p[1] for p in points]),
+                   log2_work, log_rate, curve_x,
+                   np.array([np.median(bins[x]) for x in curve_x]))
+
+    def typical(self, log2_work: np.ndarray | float) -> np.ndarray:
+        return np.interp(log2_work, self.curve_x, self.curve_y)
+
+    def estimate(self, features: np.ndarray, variant: str, work: int) -> int:
+        same = self.variants == variant
+        rows = same if same.any() else np.ones_like(same)
+        distance = np.sqrt(((self.features[rows] - features) ** 2).sum(axis=1))
+        nearest = np.argsort(distance, kind="stable")[:NEIGHBOURS]
+        residual = (self.log_rate[rows][nearest]
+                    - self.typical(self.log2_work[rows][nearest]))
+        weights = 1.0 / (distance[nearest] ** 2 + 1e-9)
+        correction = float((weights * residual).sum()
+                           / (weights.sum() + 1.0 / PRIOR_DISTANCE**2))
+        log_rate = float(self.typical(np.log2(max(work, 1)))) + correction
+        return round(work / np.exp(log_rate))
+
+
+@dataclass
+class _BytesCurve:
+    """Measured (bytes, ns) points of one memory-bound op, sorted by bytes."""
+
+    log_bytes: np.ndarray
+    log_ns: np.ndarray
+
+    def estimate(self, nbytes: int) -> int:
+        if nbytes <= 0:
+            return round(float(np.exp(self.log_ns[0])))
+        x = np.log(nbytes)
+        if x > self.log_bytes[-1]:  # beyond the largest measured size: its bandwidth holds
+            return round(float(np.exp(self.log_ns[-1] + x - self.log_bytes[-1])))
+        return round(float(np.exp(np.interp(x, self.log_bytes, self.log_ns))))
+
+
+class _Builder:
+    """Accumulates table rows into the pools :class:`KernelTable` interpolates over."""
+
+    def __init__(self) -> None:
+        self.rates: dict[tuple[str, ...], list[tuple[list[float], str, int, float]]] = {}
+        self.curves: dict[tuple[str, str], dict[int, list[float]]] = {}
+        self.exact: dict[tuple[Any, ...], list[float]] = {}
+
+    def add_rate(self, key: tuple[str, ...], features: list[float], variant: str, work: int,
+                 time_ns: float) -> None:
+        self.rates.setdefault(key, []).append((features, variant, work, time_ns))
+
+    def add_bytes(self, op: str, dtype: str, nbytes: int, time_ns: float) -> None:
+        for key in ((op, dtype), (op, "")):
+            self.curves.setdefault(key, {}).setdefault(nbytes, []).append(time_ns)
+        self.exact.setdefault((op, dtype, nbytes), []).append(time_ns)
+
+    def pools(self) -> dict[tuple[str, ...], _RatePool]:
+        return {key: _RatePool.build(points) for key, points in self.rates.items()}
+
+    def bytes_curves(self) -> dict[tuple[str, str], _BytesCurve]:
+        curves = {}
+        for key, by_size in self.curves.items():
+            sizes = sorted(by_size)
+            curves[key] = _BytesCurve(np.log(np.array(sizes, dtype=float)),
+                                      np.array([np.mean(np.log(by_size[s])) for s in sizes]))
+        return curves
+
+    def exact_times(self) -> dict[tuple[Any, ...], int]:
+        return {key: round(float(np.exp(np.mean(np.log(times)))))
+                for key, times in self.exact.items()}
+
+
+class KernelTable:
+    """One GPU's measured kernel times; :meth:`estimate` answers for a launch or ``None``."""
+
+    def __init__(self, gpu_name: str, rows: list[dict[str, str]]) -> None:
+        self.gpu_name = gpu_name
+        self.rows = rows
+        builder = _Builder()
+        for row in rows:
+            _add_row(builder, row)
+        self._pools = builder.pools()
+        self._curves = builder.bytes_curves()
+        self._exact = builder.exact_times()
+
+    @classmethod
+    def load(cls, path: Path, *, holdout: bool = True) -> "KernelTable":
+        """The table in ``path``; ``holdout=False`` leaves out the rows kept for checking."""
+        with path.open(newline="") as stream:
+            rows = [row for row in csv.DictReader(stream)
+                    if holdout or not json.loads(row["shape"]).get("holdout")]
+        if not rows:
+            raise ValueError(f"{path}: no kernel rows")
+        return cls(rows[0]["gpu"], rows)
+
+    def estimate(self, spec: KernelSpec) -> Estimate | None:
+        """The launch's time from the measured rows, or ``None`` if none describe its op."""
+        family = spec.family
+        if family is Family.MATMUL:
+            return self._matmul(spec)
+        if family in (Family.ATTENTION_FWD, Family.ATTENTION_BWD):
+            return self._attention(spec, family is Family.ATTENTION_BWD)
+        if family is Family.OTHER:
+            return self._by_bytes(spec)
+        return None
+
+    def _matmul(self, spec: KernelSpec) -> Estimate | None:
+        batch, m, n, k = spec.dims
+        op = base_name(spec.name)
+        batched = op in ("bmm", "baddbmm")
+        exact_op = "bmm" if batched else op
+        exact = self._exact.get((exact_op, spec.dtype, spec.dims, spec.variant))
+        if exact is not None:
+            return Estimate(exact, True)
+        work = matmul_work(spec.dims)
+        pool = self._pools.get(("bmm", spec.dtype)) if batched else None
+        if pool is not None:
+            return Estimate(pool.estimate(_log2([batch, m, n, k]), spec.variant, work), False)
+        pool = self._pools.get(("mm", spec.dtype))
+        if pool is None:
+            return None
+        work = matmul_work((1, batch * m, n, k))
+        return Estimate(pool.estimate(_log2([batch * m, n, k]), spec.variant, work), False)
+
+    def _attention(self, spec: KernelSpec, backward: bool) -> Estimate | None:
+        causal = spec.variant == "causal"
+        direction = "bwd" if backward else "fwd"
+        exact = self._exact.get(("sdpa", direction, spec.dims, spec.variant))
+        if exact is not None:
+            return Estimate(exact, True)
+        pool = (self._pools.get(("sdpa", direction, BACKEND_OF_DEFAULT_SDPA))
+                or self._pools.get(("sdpa", direction, "flash")))
+        if pool is None:
+            return None
+        work = attention_work(spec.dims, causal, backward)
+        return Estimate(pool.estimate(_attention_features(spec.dims), spec.variant, work),
+                        False)
+
+    def _by_bytes(self, spec: KernelSpec) -> Estimate | None:
+        op = base_name(spec.name)
+        op = SAME_KERNEL_AS.get(op, op)
+        exact = self._exact.get((op, spec.dtype, spec.bytes))
+        if exact is not None:
+            return Estimate(exact, True)
+        curve = self._curves.get((op, spec.dtype)) or self._curves.get((op, ""))
+        if curve is None:
+            return None
+        return Estimate(curve.estimate(spec.bytes), False)
+
+
+def _log2(values: list[int]) -> np.ndarray:
+    return np.log2(np.array(values, dtype=float))
+
+
+def _attention_features(dims: tuple[int, ...]) -> np.ndarray:
+    batch, heads, kv_heads, seq_q, seq_kv, head_dim = dims
+    return _log2([batch * heads, seq_q, seq_kv, head_dim, heads // max(1, kv_heads)])
+
+
+def _add_row(builder: _Builder, row: dict[str, str]) -> None:
+    if row["cache"] != "cold":
+        return  # inputs reused from L2: faster than a training step's streams through HBM
+    shape = json.loads(row["shape"])
+    time_ns = float(row["time_us"]) * 1e3
+    dtype = row["dtype"]
+    section = row["section"]
+    if section == "matmul":
+        op = base_name(row["aten_ops"])
+        batch = shape.get("batch", 1)
+        dims = (batch, shape["m"], shape["n"], shape["k"])
+        layout = shape["layout"]
+        work = matmul_work(dims)
+        builder.exact.setdefault((op, dtype, dims, layout), []).append(time_ns)
+        if op == "bmm":
+            builder.add_rate(("bmm", dtype), list(_log2(list(dims))), layout, work, time_ns)
+        else:
+            builder.add_rate(("mm", dtype), list(_log2([batch * dims[1], dims[2], dims[3]])),
+                             layout, work, time_ns)
+    elif section == "attention":
+        direction = row["op"].rsplit("_", 1)[-1]
+        dims = (shape["batch"], shape["heads"], shape["kv_heads"], shape["seq"], shape["seq"],
+                shape["head_dim"])
+        causal = bool(shape["causal"])
+        variant = "causal" if causal else "full"
+        backend = BACKEND_OF_DEFAULT_SDPA if shape["backend"] == "default" else shape["backend"]
+        work = attention_work(dims, causal, direction == "bwd")
+        if backend == BACKEND_OF_DEFAULT_SDPA:
+            builder.exact.setdefault(("sdpa", direction, dims, variant), []).append(time_ns)
+        builder.add_rate(("sdpa", direction, backend), list(_attention_features(dims)), variant,
+                         work, time_ns)
+    elif row["op"] in CROSS_ENTROPY_SPLIT:
+        elements = shape["tokens"] * shape["vocab"] * ELEMENT_BYTES[dtype]
+        for op, passes, share in CROSS_ENTROPY_SPLIT[row["op"]]:
+            builder.add_bytes(op, dtype, passes * elements, share * time_ns)
+    else:
+        op = _single_op(row["aten_ops"])
+        if op is not None:
+            builder.add_bytes(op, dtype, int(row["bytes"]), time_ns)
+
+
+def _single_op(aten_ops: str) -> str | None:
+    """The op a row times on its own: a single op, or a fused optimizer step (whose other
+    launch, the step counter's ``_foreach_add_`` over one-element tensors, is negligible)."""
+    ops = aten_ops.split("+")
+    if len(ops) == 1 and not ops[0].rsplit("x", 1)[-1].isdigit():
+        return base_name(ops[0])
+    if ops[-1].startswith("_fused_"):
+        return base_name(ops[-1])
+    return None
