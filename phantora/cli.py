@@ -24,7 +24,8 @@ from phantora.engine.benchmark import run_collective
 from phantora.errors import PhantoraError, ScenarioError
 from phantora.network.base import NetworkBackend
 from phantora.network.factory import make_backend
-from phantora.report.console import collectives_table, ranks_table, with_progress
+from phantora.report.console import (collectives_table, coverage_line, ranks_table,
+                                     with_progress)
 from phantora.report.summary import Summary
 from phantora.scenario import (
     CollectivesWorkload,
@@ -126,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     if summary.ranks:
         console.print(ranks_table(summary.ranks, title=f"{scenario.name}: ranks"))
+        console.print(coverage_line(summary.compute_coverage), highlight=False)
     if summary.collectives:
         console.print(collectives_table(summary.collectives, title=scenario.name))
     console.print(f"simulated in {summary.wall_seconds['total']:.2f} s wall; "

@@ -1,7 +1,7 @@
 """Rich console output: the results table and progress over long runs."""
 
 from collections.abc import Iterable, Iterator
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -39,6 +39,21 @@ def ranks_table(ranks: list[RankResult], title: str) -> Table:
                       f"{r.gpu_end_ns / 1e6:.3f}", f"{r.blocked_ns / 1e6:.3f}", str(r.kernels),
                       str(r.collectives), f"{r.peak_memory_bytes / 2**30:.3f}")
     return table
+
+
+def coverage_line(coverage: dict[str, Any]) -> str:
+    """One line saying where the simulated GPU time came from, and what was not measured."""
+    if not coverage.get("kernels"):
+        return "compute: no kernels"
+    parts = ", ".join(f"{source} {tally['share']:.0%}"
+                      for source, tally in coverage["by_source"].items())
+    line = (f"compute ({coverage['gpu']}): {coverage['from_tables_share']:.0%} of GPU time from "
+            f"measured tables ({parts})")
+    fallback = [op for op in coverage["fallback_ops"] if op["share"] >= 0.01][:3]
+    if fallback:
+        line += "; largest not from tables: " + ", ".join(
+            f"{op['name']} {op['share']:.0%} ({op['source']})" for op in fallback)
+    return line
 
 
 def with_progress(items: Iterable[T], total: int, description: str, console: Console) -> Iterator[T]:

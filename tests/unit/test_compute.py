@@ -163,3 +163,13 @@ def test_coverage_accounts_time_by_source_and_names_fallback_ops() -> None:
     assert summary["unknown_ops"] == ["aten::mystery_op"]
     with pytest.raises(ValueError):
         coverage.record("aten::mm", "a guess", 1)
+
+
+def test_the_console_line_names_the_table_share_and_the_largest_fallback() -> None:
+    from phantora.report.console import coverage_line
+    coverage = Coverage(H100)
+    coverage.record("aten::mm", "measured", 900)
+    coverage.record("aten::mystery_op", "unknown-op", 100)
+    line = coverage_line(coverage.to_dict())
+    assert "90% of GPU time from measured tables" in line
+    assert "aten::mystery_op 10% (unknown-op)" in line
