@@ -28,11 +28,12 @@ from phantora.compute.table import KernelTable, attention_flops
 REFERENCE_GPU = "h100"
 """Whose table fits the curves for GPUs measured nowhere (same generation as most targets)."""
 
-HOST_LINK_GBS = 20.0
+HOST_LINK_GBS = 7.0
 HOST_COPY_LATENCY_NS = 10_000
-"""A ``cudaMemcpy`` between pageable host memory and the GPU: ~20 GB/s and ~10 us per copy on
-a PCIe Gen5 x16 host (assumed from typical bandwidthTest figures, not measured on the lent
-machines; a training step moves little this way: the batch, ``.item()`` scalars)."""
+"""A ``cudaMemcpy`` from pageable host memory (what ``tensor.to("cuda")`` of an ordinary CPU
+tensor does): 7.0 GB/s measured on the lent H100 host (GPT-2 124M's ``model.to("cuda")``, 0.50
+GB in 71 ms of "Memcpy HtoD (Pageable -> Device)", ``scripts/data/ops/``); the 10 us per copy is
+assumed. Pinned memory would run ~3-7x faster; the model does not tell them apart yet."""
 
 
 class CostSource(str, Enum):
