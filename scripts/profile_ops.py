@@ -51,11 +51,14 @@ SAME_OP_ON_THE_GPU = {
     "aten::_scaled_dot_product_flash_attention": "aten::_cudnn_attention_forward",
     "aten::_scaled_dot_product_flash_attention_backward": "aten::_cudnn_attention_backward",
     "aten::zeros_like": "aten::fill_", "aten::zeros": "aten::fill_", "aten::zero_": "aten::fill_",
-    "Memcpy HtoD": "aten::copy_",
+    "aten::ones_like": "aten::fill_", "aten::clone": "aten::copy_", "Memcpy HtoD": "aten::copy_",
+    "aten::slice_backward": "aten::copy_", "aten::embedding": "aten::gather",
+    "aten::stack": "aten::cat", "aten::nll_loss_backward": "aten::fill_",
 }
 """Simulated op -> the op whose self time holds the same kernels on a real CUDA build (casts
-run ``copy_``, factories ``fill_``; the CPU build's SDPA names the flash kernels, the GPU ran
-cuDNN's)."""
+and clones run ``copy_``, factories ``fill_``, ``nll_loss_backward`` mostly the ``fill_`` that
+zeroes its gradient; the CPU build's SDPA names the flash kernels, the GPU ran cuDNN's; see
+``tests/intercept/data/cuda_reference.json``)."""
 
 
 def compare(measured_path: Path, summary_path: Path, steps: int) -> None:

@@ -44,6 +44,16 @@ CATALOGUE: dict[str, GpuSpec] = {
     # The lent machines report 143771 MiB.
     "h200": GpuSpec("h200", "NVIDIA H200", 90, 132, 143771 * 2**20, 4800.0, 989.0,
                     4, 18, 3600.0, 400.0),
+    # H100 SXM with 96 GB HBM2e at 2.4 TB/s, power-capped at 500 W: Meta's Grand Teton
+    # platform, where TorchTitan's published numbers were taken (torchtitan docs/performance.md:
+    # "96GB HBM2e with 2.4 TB/sec", "default 500W power limit", "400 Gb/s per GPU" RDMA;
+    # a later revision says "95 GiB memory", taken as total_memory). Same SMs and NVLink 4 as
+    # the SXM H100. Its sustained tensor throughput is not published (torchtitan: "between SXM
+    # and NVL ... we don't know its exact value"); assumed here linear in the power cap between
+    # H100 NVL (835 TFLOP/s dense BF16 at 400 W, NVL datasheet) and H100 SXM (989 at 700 W):
+    # 835 + (989 - 835) * (500 - 400) / (700 - 400) = 886 TFLOP/s, uncertain by about 5%.
+    "h100-hbm2e-96g": GpuSpec("h100-hbm2e-96g", "NVIDIA H100", 90, 132, 95 * _GIB, 2400.0,
+                              886.0, 4, 18, 3600.0, 400.0),
     # A100 SXM4 80GB: 2.039 TB/s HBM2e, 312 TFLOP/s BF16, NVLink3 12 links x 25 GB/s per
     # direction = 300 GB/s (A100 datasheet); DGX A100: 8x ConnectX-6 200 Gb/s.
     "a100-80g": GpuSpec("a100-80g", "NVIDIA A100-SXM4-80GB", 80, 108, 80 * _GIB, 2039.0, 312.0,

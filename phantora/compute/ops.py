@@ -20,7 +20,8 @@ MEMORY_BOUND_OPS: frozenset[str] = frozenset({
     "_to_copy", "clone", "copy", "cat", "stack", "index", "index_put", "index_select",
     "gather", "scatter", "scatter_add", "embedding", "embedding_dense_backward", "repeat",
     "constant_pad_nd", "slice_backward", "select_backward", "masked_scatter", "_unsafe_view",
-    "tril", "triu", "flip", "roll",
+    "tril", "triu", "flip", "roll", "split_with_sizes_copy", "all_gather_copy_in", "chunk_cat",
+    "_chunk_cat", "repeat_interleave",
     # normalisation, softmax, losses, dropout, random fills
     "native_layer_norm", "native_layer_norm_backward", "_fused_rms_norm",
     "_fused_rms_norm_backward", "native_group_norm", "native_batch_norm",
@@ -42,8 +43,12 @@ SAME_KERNEL_AS: dict[str, str] = {
     "zeros": "zero", "zeros_like": "zero", "new_zeros": "zero",
     "ones": "fill", "ones_like": "fill", "full": "fill", "full_like": "fill",
     "new_ones": "fill", "new_full": "fill",
+    # FSDP2's copies into and out of its flat all-gather / reduce-scatter buffers
+    "all_gather_copy_in": "copy", "split_with_sizes_copy": "copy", "chunk_cat": "cat",
+    "_chunk_cat": "cat",
 }
-"""Factory ops that launch the kernel of a measured op (a fill of their output)."""
+"""Ops that launch the kernel of a measured op: factories fill their output, FSDP2's buffer
+ops copy or concatenate."""
 
 
 def base_name(name: str) -> str:

@@ -8,8 +8,8 @@ call of an aten op per dtype and shape, measured on the lent GPUs by
   log-space of the dimensions, inverse-distance weighted, times the launch's FLOPs. A kernel's
   efficiency varies smoothly with its shape (tile quantisation aside), its time does not.
 * everything else: piecewise linear in log(time) over log(bytes) of the same op (same dtype
-  where measured), since those ops stream memory; below the smallest measured size the
-  smallest time holds (launch-bound), above the largest the last bandwidth holds.
+  where measured), since those ops stream memory; outside the measured sizes the bandwidth
+  of the nearest measured size holds (small sizes then reach the kernel floor of the model).
 
 The model (``model.py``) keeps every estimate at or above the fastest kernel measured.
 """
@@ -156,6 +156,8 @@ class _BytesCurve:
         x = np.log(nbytes)
         if x > self.log_bytes[-1]:  # beyond the largest measured size: its bandwidth holds
             return round(float(np.exp(self.log_ns[-1] + x - self.log_bytes[-1])))
+        if x < self.log_bytes[0]:  # below the smallest: at most its bandwidth (the model
+            return round(float(np.exp(self.log_ns[0] + x - self.log_bytes[0])))  # floors it)
         return round(float(np.exp(np.interp(x, self.log_bytes, self.log_ns))))
 
 

@@ -10,6 +10,9 @@ Semantics, as CUDA defines them:
   can be re-recorded); waiting on a never-recorded event is a no-op.
 * A collective on a stream starts when the stream reaches it *and* every member's stream has
   (the matcher decides that); the stream is busy until the collective ends.
+* A kernel that runs while a collective is in flight on the GPU is slowed by NCCL's share of
+  the SMs and memory bandwidth (:mod:`phantora.engine.overlap` has the measured factors and
+  the rule's limits).
 
 Most times are known the moment an op arrives (a kernel behind kernels); only work queued
 behind a collective waits for the network. A :class:`Completion` is such a GPU-side instant,
@@ -22,6 +25,12 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from intercept.protocol import Collective, EventRecord, Kernel, Op, StreamWait
+from phantora.engine.overlap import (
+    MEASURED_OVERLAP,
+    CommWindows,
+    OverlapModel,
+    stretched_end_ns,
+)
 from phantora.errors import SimulationError
 
 
@@ -117,11 +126,12 @@ class _KernelItem:
 
     def proceed(self, stream: "_Stream") -> None:
         op = self.op
+        device = stream.device
         start_ns = max(op.at_ns, stream.free_ns)
-        stream.free_ns = start_ns + op.duration_ns
-        stream.device.spans.append(KernelSpan(stream.device.rank, stream.stream_id, op.name,
-                                              start_ns, stream.free_ns))
-        stream.device.kernels += 1
+        stream.free_ns = device.kernel_end_ns(op, start_ns)
+        device.spans.append(KernelSpan(device.rank, stream.stream_id, op.name, start_ns,
+                                       stream.free_ns))
+        device.kernels += 1
 
     def describe(self) -> str:
         return f"kernel {self.op.name}"
@@ -160,17 +170,22 @@ class _WaitItem:
 
 
 class _CollectiveItem:
-    __slots__ = ("at_ns", "port", "reached")
+    __slots__ = ("op", "port", "reached")
 
-    def __init__(self, at_ns: int, port: CollectivePort) -> None:
-        self.at_ns = at_ns
+    def __init__(self, op: Collective, port: CollectivePort) -> None:
+        self.op = op
         self.port = port
         self.reached = False
 
     def proceed(self, stream: "_Stream") -> Completion | None:
         if not self.reached:
             self.reached = True
-            self.port.ready(max(self.at_ns, stream.free_ns))
+            op = self.op
+            ready_ns = max(op.at_ns, stream.free_ns)
+            # NCCL's kernel holds its SMs from here (waiting for peers too) until the end.
+            self.port.done.then(stream.device.comm_windows.reached(
+                ready_ns, (op.group, op.op, op.ranks, op.nbytes, op.splits)))
+            self.port.ready(ready_ns)
         done = self.port.done
         if done.time_ns is None:
             return done
@@ -219,14 +234,36 @@ class _Stream:
 class RankDevice:
     """The streams and events of one rank's GPU."""
 
-    def __init__(self, rank: int, issue: Callable[[int, Collective], CollectivePort]) -> None:
+    def __init__(self, rank: int, issue: Callable[[int, Collective], CollectivePort],
+                 overlap: OverlapModel | None = MEASURED_OVERLAP) -> None:
+        """``overlap``: how collectives in flight slow kernels; ``None`` leaves kernels as
+        the compute model timed them."""
         self.rank = rank
         self._issue = issue
+        self._overlap = overlap
         self._streams: dict[int, _Stream] = {}
         self._events: dict[int, tuple[int, Completion]] = {}
         """Event id -> (stream, completion) of its latest record in program order."""
+        self.comm_windows = CommWindows()
         self.spans: list[KernelSpan] = []
         self.kernels = 0
+        self.slowed_kernels = 0
+        self.overlap_extra_ns = 0
+        """How many kernels overlapping a collective were slowed, and by how much in all."""
+
+    def kernel_end_ns(self, op: Kernel, start_ns: int) -> int:
+        """When ``op``, starting at ``start_ns``, ends: slowed where it overlaps collectives
+        in flight on this GPU as known now."""
+        alone_end_ns = start_ns + op.duration_ns
+        busy = self.comm_windows.busy(op.at_ns)
+        if self._overlap is None or not busy:
+            return alone_end_ns
+        factor = self._overlap.factor(op.name, op.flops, op.duration_ns)
+        end_ns = stretched_end_ns(start_ns, op.duration_ns, factor, busy)
+        if end_ns > alone_end_ns:
+            self.slowed_kernels += 1
+            self.overlap_extra_ns += end_ns - alone_end_ns
+        return end_ns
 
     def apply(self, op: Op) -> None:
         """Queue one op (in the rank's program order)."""
@@ -241,7 +278,7 @@ class RankDevice:
             if recorded is not None:
                 self._stream(op.stream).push(_WaitItem(op.event, *recorded))
         elif isinstance(op, Collective):
-            self._stream(op.stream).push(_CollectiveItem(op.at_ns, self._issue(self.rank, op)))
+            self._stream(op.stream).push(_CollectiveItem(op, self._issue(self.rank, op)))
         else:
             raise SimulationError(f"rank {self.rank} sent an unknown op {op!r}")
 

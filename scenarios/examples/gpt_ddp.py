@@ -9,7 +9,7 @@ from contextlib import AbstractContextManager, nullcontext
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from model import GPT
+from model import build_model
 from train_utils import (apply_activation_checkpointing, build_parser, close_distributed,
                          compile_blocks, compute_dtype, init_distributed, make_loader,
                          make_optimizer, model_config, seq_len, train)
@@ -20,12 +20,12 @@ def main() -> None:
     launch = init_distributed()
     torch.manual_seed(args.seed)
     torch.set_float32_matmul_precision("high")
-    model = GPT(model_config(args)).to(launch.device)
+    model = build_model(model_config(args)).to(launch.device)
     if launch.is_main:
         print(f"{model.num_params() / 1e6:.1f}M parameters, DDP over {launch.world_size} ranks",
               flush=True)
     if args.activation_checkpointing:
-        apply_activation_checkpointing(model)
+        apply_activation_checkpointing(model, args.activation_checkpointing)
     if args.compile:
         compile_blocks(model)
     device_ids = [launch.local_rank] if launch.device.type == "cuda" else None

@@ -5,6 +5,8 @@ The model is built on the meta device (no memory), sharded, then materialised wi
 
   torchrun --nproc_per_node 2 gpt_fsdp2.py --activation-checkpointing
   torchrun --nproc_per_node 8 gpt_fsdp2.py --model gpt2-1558m --batch-size 8 --seq-len 1024
+  torchrun --nproc_per_node 8 gpt_fsdp2.py --model llama3-8b --batch-size 2 --seq-len 8192 \
+      --activation-checkpointing selective-op          # torchtitan's Llama 3.1 8B recipe
 """
 
 from contextlib import AbstractContextManager, nullcontext
@@ -12,7 +14,7 @@ from contextlib import AbstractContextManager, nullcontext
 import torch
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-from model import GPT
+from model import build_model
 from train_utils import (apply_activation_checkpointing, build_parser, close_distributed,
                          compile_blocks, compute_dtype, init_distributed, make_loader,
                          make_optimizer, model_config, seq_len, train)
@@ -24,9 +26,9 @@ def main() -> None:
     torch.manual_seed(args.seed)
     torch.set_float32_matmul_precision("high")
     with torch.device("meta"):
-        model = GPT(model_config(args))
+        model = build_model(model_config(args))
     if args.activation_checkpointing:
-        apply_activation_checkpointing(model)
+        apply_activation_checkpointing(model, args.activation_checkpointing)
     if args.compile:
         compile_blocks(model)
     mp_policy = MixedPrecisionPolicy(param_dtype=compute_dtype(args, launch.device),

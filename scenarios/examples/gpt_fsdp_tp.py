@@ -40,7 +40,7 @@ def main() -> None:
         model = GPT(config)
     apply_tensor_parallel(model, mesh["tp"])
     if args.activation_checkpointing:
-        apply_activation_checkpointing(model)
+        apply_activation_checkpointing(model, args.activation_checkpointing)
     if args.compile:
         compile_blocks(model)
     mp_policy = MixedPrecisionPolicy(param_dtype=compute_dtype(args, launch.device),

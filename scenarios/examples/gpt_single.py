@@ -2,11 +2,12 @@
 
   python gpt_single.py                                    # tiny model, a few seconds on a CPU
   python gpt_single.py --model gpt2-124m --batch-size 8 --seq-len 1024 --compile
+  python gpt_single.py --model llama-1b --batch-size 4 --seq-len 2048   # Llama-style decoder
 """
 
 import torch
 
-from model import GPT
+from model import build_model
 from train_utils import (apply_activation_checkpointing, build_parser, compile_blocks,
                          compute_dtype, init_single, make_loader, make_optimizer, model_config,
                          seq_len, train)
@@ -17,10 +18,10 @@ def main() -> None:
     launch = init_single()
     torch.manual_seed(args.seed)
     torch.set_float32_matmul_precision("high")
-    model = GPT(model_config(args)).to(launch.device)
+    model = build_model(model_config(args)).to(launch.device)
     print(f"{model.num_params() / 1e6:.1f}M parameters on {launch.device}", flush=True)
     if args.activation_checkpointing:
-        apply_activation_checkpointing(model)
+        apply_activation_checkpointing(model, args.activation_checkpointing)
     if args.compile:
         compile_blocks(model)
     train(model, make_optimizer(model, args),

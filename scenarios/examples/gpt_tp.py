@@ -17,14 +17,18 @@ from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInp
                                                RowwiseParallel, SequenceParallel, loss_parallel,
                                                parallelize_module)
 
-from model import GPT, GPTConfig
+from model import GPT, GPTConfig, ModelConfig
 from train_utils import (apply_activation_checkpointing, build_parser, close_distributed,
                          compile_blocks, compute_dtype, init_distributed, make_loader,
                          make_optimizer, model_config, seq_len, train)
 
 
-def check_divisible(config: GPTConfig, seq: int, tp: int) -> None:
-    """Heads, vocabulary and sequence are split tp ways; say which one does not split."""
+def check_divisible(config: ModelConfig, seq: int, tp: int) -> None:
+    """Heads, vocabulary and sequence are split tp ways; say which one does not split (and
+    that the plan below names GPT-2's modules only)."""
+    if not isinstance(config, GPTConfig):
+        raise SystemExit("the tensor-parallel plan is written for the GPT-2 presets; "
+                         "choose a --model without the llama- prefix")
     for what, size in (("n_head", config.n_head), ("vocab_size", config.vocab_size),
                        ("seq_len", seq)):
         if size % tp:
@@ -75,7 +79,7 @@ def main() -> None:
         print(f"{model.num_params() / 1e6:.1f}M parameters, tensor parallel over "
               f"{launch.world_size} ranks", flush=True)
     if args.activation_checkpointing:
-        apply_activation_checkpointing(model)
+        apply_activation_checkpointing(model, args.activation_checkpointing)
     if args.compile:
         compile_blocks(model)
     loader = make_loader(args, config, launch, dp_rank=0, dp_size=1)

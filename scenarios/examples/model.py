@@ -1,4 +1,5 @@
-"""GPT-2 in the nanoGPT style, shared by every example training script.
+"""GPT-2 in the nanoGPT style, shared by every example training script; the presets of both
+model families (GPT-2 here, Llama in ``llama_model.py``) and :func:`build_model`.
 
 One change from nanoGPT: separate q/k/v projections instead of one fused ``c_attn``, and
 attention reshapes with ``-1`` heads, so that tensor parallelism can shard the projections
@@ -11,6 +12,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+from llama_model import LLAMA_PRESETS, Llama, LlamaConfig
 
 
 @dataclass(frozen=True)
@@ -27,7 +30,7 @@ class GPTConfig:
     """Biases in the linears and LayerNorms, like GPT-2."""
 
 
-PRESETS: dict[str, GPTConfig] = {
+GPT_PRESETS: dict[str, GPTConfig] = {
     "tiny": GPTConfig(block_size=128, vocab_size=1024, n_layer=2, n_head=4, n_embd=128),
     "gpt2-124m": GPTConfig(),
     "gpt2-350m": GPTConfig(n_layer=24, n_head=16, n_embd=1024),
@@ -152,3 +155,15 @@ class GPT(nn.Module):
             return logits, None
         loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
         return logits, loss
+
+
+ModelConfig = GPTConfig | LlamaConfig
+Model = GPT | Llama
+
+PRESETS: dict[str, ModelConfig] = {**GPT_PRESETS, **LLAMA_PRESETS}
+"""Every ``--model`` name: GPT-2 sizes and Llama sizes."""
+
+
+def build_model(config: ModelConfig) -> Model:
+    """The model family a preset's config belongs to."""
+    return Llama(config) if isinstance(config, LlamaConfig) else GPT(config)

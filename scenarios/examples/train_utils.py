@@ -19,9 +19,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+from torch.utils.checkpoint import (CheckpointPolicy, SelectiveCheckpointContext,
+                                    create_selective_checkpoint_contexts)
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from model import GPT, PRESETS, GPTConfig
+from model import PRESETS, Model, ModelConfig
 
 GradSync = Callable[[bool], AbstractContextManager[object]]
 """Called once per micro-batch with "is this the last micro-batch of the step"; returns the
@@ -54,14 +56,17 @@ def build_parser(description: str) -> argparse.ArgumentParser:
     train.add_argument("--dtype", choices=["bf16", "fp32"],
                        help="compute dtype (default: bf16 on CUDA, fp32 on CPU)")
     train.add_argument("--compile", action="store_true", help="torch.compile each block")
-    train.add_argument("--activation-checkpointing", action="store_true",
-                       help="recompute each block's activations in backward")
+    train.add_argument("--activation-checkpointing", nargs="?", const="full",
+                       choices=["full", "selective-op"],
+                       help="recompute each block's activations in backward: all of them "
+                            "(full, the default when given without a value) or all but "
+                            "matmul and attention outputs (selective-op, torchtitan's)")
     train.add_argument("--num-workers", type=int, default=2, help="DataLoader worker processes")
     train.add_argument("--seed", type=int, default=1337)
     return parser
 
 
-def model_config(args: argparse.Namespace) -> GPTConfig:
+def model_config(args: argparse.Namespace) -> ModelConfig:
     """The preset named by ``--model`` with the single-field flags applied."""
     overrides = {"n_layer": args.n_layer, "n_head": args.n_head, "n_embd": args.n_embd,
                  "vocab_size": args.vocab_size}
@@ -141,7 +146,7 @@ class RandomTokens(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         return tokens[:-1], tokens[1:]
 
 
-def make_loader(args: argparse.Namespace, config: GPTConfig, launch: Launch, *,
+def make_loader(args: argparse.Namespace, config: ModelConfig, launch: Launch, *,
                 dp_rank: int, dp_size: int) -> DataLoader[tuple[torch.Tensor, torch.Tensor]]:
     """Exactly ``steps x grad_accum`` micro-batches for this data-parallel rank.
 
@@ -166,13 +171,48 @@ def make_optimizer(model: nn.Module, args: argparse.Namespace) -> torch.optim.Ad
     return torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95), eps=1e-8, **implementation)
 
 
-def apply_activation_checkpointing(model: GPT) -> None:
-    """Wrap every block so its activations are recomputed in backward (before FSDP wraps it)."""
+_SAVED_OPS = frozenset({
+    torch.ops.aten.mm.default,
+    torch.ops.aten._scaled_dot_product_flash_attention.default,
+    torch.ops.aten._scaled_dot_product_efficient_attention.default,
+    torch.ops.aten._scaled_dot_product_cudnn_attention.default,
+    torch.ops._c10d_functional.reduce_scatter_tensor.default,
+})
+"""Ops whose outputs selective-op checkpointing keeps (torchtitan's ``_save_list``)."""
+
+
+def _selective_op_context() -> tuple[AbstractContextManager[object],
+                                     AbstractContextManager[object]]:
+    """torchtitan's per-op policy for one block: keep the outputs of attention and of every
+    other matmul, recompute everything else in backward. The matmul count is the block's
+    own and runs on across steps, as torchtitan's does."""
+    mm_counts = {"forward": 0, "recompute": 0}
+
+    def policy(ctx: SelectiveCheckpointContext, func: torch._ops.OpOverload, *args: object,
+               **kwargs: object) -> CheckpointPolicy:
+        mode = "recompute" if ctx.is_recompute else "forward"
+        if func == torch.ops.aten.mm.default:
+            mm_counts[mode] += 1
+        keep = func in _SAVED_OPS and not (func == torch.ops.aten.mm.default
+                                           and mm_counts[mode] % 2 == 0)
+        return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return create_selective_checkpoint_contexts(policy)
+
+
+def apply_activation_checkpointing(model: Model, mode: str) -> None:
+    """Wrap every block so that its activations are recomputed in backward (before FSDP
+    wraps it): all of them (``full``) or as :func:`_selective_op_context` says
+    (``selective-op``)."""
     for index, block in enumerate(model.transformer.h):
-        model.transformer.h[index] = checkpoint_wrapper(block)
+        if mode == "full":
+            model.transformer.h[index] = checkpoint_wrapper(block)
+        else:
+            model.transformer.h[index] = checkpoint_wrapper(
+                block, context_fn=_selective_op_context, preserve_rng_state=False)
 
 
-def compile_blocks(model: GPT) -> None:
+def compile_blocks(model: Model) -> None:
     """``torch.compile`` each block in place, so DDP, FSDP and TP see the same module tree."""
     for block in model.transformer.h:
         block.compile()
@@ -284,3 +324,6 @@ def train(model: nn.Module, optimizer: torch.optim.Optimizer,
     else:
         peak = "n/a on cpu"
     print(f"rank {launch.rank}: max_memory_allocated {peak}", flush=True)
+    if device.type == "cuda":  # what torchtitan reports as "memory"
+        print(f"rank {launch.rank}: max_memory_reserved "
+              f"{torch.cuda.max_memory_reserved(device) / 2**30:.3f} GiB", flush=True)

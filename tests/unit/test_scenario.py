@@ -9,6 +9,7 @@ from typing import Any, get_args
 import pytest
 from pydantic import BaseModel
 
+from phantora.cluster.catalogue import CATALOGUE
 from phantora.errors import ScenarioError
 from phantora.scenario import DTYPE_BYTES, load_scenario, parse_scenario
 from phantora.scenario.messages import did_you_mean
@@ -205,7 +206,8 @@ def test_unknown_key_suggests_the_intended_one() -> None:
 
 def test_unknown_gpu_lists_the_catalogue() -> None:
     assert only_problem(scenario({"gpu": "h300"})) == (
-        'scenarios/x.yaml: cluster.gpu: got "h300"; expected one of a100-80g, b200, h100, h200')
+        'scenarios/x.yaml: cluster.gpu: got "h300"; expected one of '
+        + ", ".join(sorted(CATALOGUE)))
 
 
 def test_k_too_small_shows_every_factor() -> None:

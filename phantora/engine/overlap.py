@@ -1,0 +1,186 @@
+"""Compute/communication overlap: a kernel runs slower while NCCL works on the same GPU.
+
+NCCL runs a collective as a kernel of one CUDA block per channel: each block holds a streaming
+multiprocessor for the whole call and streams data through HBM. A kernel that runs meanwhile on
+another stream gets the SMs and memory bandwidth that are left, so it takes longer.
+
+**Measured** on 2x H200 (NVLink, NCCL 2.28.9, torch 2.11, 132 SMs, NCCL's 24 ring channels) by
+``scripts/measure_overlap.py``; raw logs, CSV and README under ``scripts/data/overlap/h200x2/``.
+Every rank ran kernel K on one stream while all_reduce, all_gather or reduce_scatter of 16 or
+256 MiB ran back-to-back on another; K's slowdown is its mean time while a collective was busy
+over its mean time alone. What it showed, and what the model keeps:
+
+* The slowdown depends mostly on how long K runs, little on which collective, and not on how
+  many channels NCCL uses: bf16 GEMMs of 2048^3 (27 us alone) x1.47-1.87, 4096^3 (178 us)
+  x1.15-1.45, 8192^3 (1.41 ms) x1.06-1.13; the memory-bound layer_norm [8192, 4096] (59 us)
+  x1.12-1.51 and add of 256 MiB (188 us) x1.07-1.22. With NCCL capped at 8 channels the GEMMs
+  were slowed as much as with 24 (a GEMM's tiles run in waves over the SMs: losing any SM can
+  cost a whole extra wave), the add less (x1.08: fewer channels, less HBM traffic).
+* 256 MiB collectives slow K more than 16 MiB ones (small calls are themselves starved of SMs
+  behind K and run less of the time). The curves below average the three collectives and both
+  sizes; every measured point lies within 0.22 of its curve.
+
+So a kernel's factor is read off a curve of its alone duration (linear in log duration between
+the measured kernels, flat beyond them), one curve for compute-bound kernels (FLOPs counted:
+matrix products, attention) and one for the rest, which are memory-bound. Copies between host
+and GPU run on the copy engines over PCIe and are not slowed.
+
+**The rule** (:class:`CommWindows`, applied by ``phantora.engine.streams``): a kernel's start
+and end are fixed when it reaches the head of its stream, from what the engine knows then. A
+collective is *in flight* on a GPU from the time a stream of it reached the collective (NCCL's
+kernel is resident from then on, also while it waits for peers) until its end. The kernel runs
+at ``1 / factor`` of its alone speed while any collective is in flight and at full speed
+otherwise, so one that ends inside the kernel stretches only the overlapped part.
+
+A collective's end is often not known yet when a kernel is placed: the network is simulated only
+up to the ranks' host clocks, and in a GPU-bound step the host runs far ahead of the GPU. Such a
+collective is assumed to last as long as its latest occurrence (same op, group and size) did on
+this GPU, and is left out when there was none. Assuming "in flight for ever" instead stretched
+every backward kernel of a DDP GPT-2 124M step after the first gradient bucket: +18% step time
+(31 ms of stretch over 4 steps, where the collectives' true ends gave 0.17 ms).
+
+What it misses: a collective that a stream reaches after the kernel has been placed (its stream
+still waiting for an earlier collective's end, or issued later in program order); the first
+occurrence of a collective while its end is pending; the collective's own slowdown behind
+compute (measured x1.1 to x14, see the README: its time is the network model's); whether a
+kernel's end is fixed before or after a collective's end is known can depend on how far the
+other ranks have run (identical results in repeated reproducible runs of the DDP example, but
+not guaranteed by construction); GPUs other than the H200 use its curves; several collectives
+in flight at once count as one.
+"""
+
+import itertools
+import math
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
+
+from phantora.compute.ops import is_memory_bound
+from phantora.compute.spec import MEMCPY_DTOH, MEMCPY_HTOD
+
+Busy = tuple[int, int]
+"""``(start_ns, end_ns)`` of a collective in flight on the device."""
+
+
+@dataclass(frozen=True, slots=True)
+class SlowdownCurve:
+    """Slowdown factor by a kernel's alone duration: ``(duration_ns, factor)`` points."""
+
+    points: tuple[tuple[int, float], ...]
+    """Ascending in duration, at least one point, every factor >= 1."""
+
+    def __post_init__(self) -> None:
+        durations = [duration for duration, _ in self.points]
+        if not self.points or durations != sorted(set(durations)) or durations[0] <= 0:
+            raise ValueError(f"curve points must ascend strictly in duration: {self.points}")
+        if any(factor < 1.0 for _, factor in self.points):
+            raise ValueError(f"a slowdown factor below 1 in {self.points}")
+
+    def factor(self, duration_ns: int) -> float:
+        """Linear in ``log(duration)`` between points, the end points' factor beyond them."""
+        points = self.points
+        if duration_ns <= points[0][0]:
+            return points[0][1]
+        for (lo_ns, lo), (hi_ns, hi) in itertools.pairwise(points):
+            if duration_ns <= hi_ns:
+                share = math.log(duration_ns / lo_ns) / math.log(hi_ns / lo_ns)
+                return lo + share * (hi - lo)
+        return points[-1][1]
+
+
+@dataclass(frozen=True, slots=True)
+class OverlapModel:
+    """How much a collective in flight on the GPU slows a kernel, by kind and duration."""
+
+    compute: SlowdownCurve
+    memory: SlowdownCurve
+
+    def factor(self, name: str, flops: int, duration_ns: int) -> float:
+        """The slowdown of kernel ``name`` (``duration_ns`` alone) under a collective."""
+        if name in (MEMCPY_HTOD, MEMCPY_DTOH):
+            return 1.0
+        curve = self.compute if flops > 0 and not is_memory_bound(name) else self.memory
+        return curve.factor(duration_ns)
+
+
+def stretched_end_ns(start_ns: int, duration_ns: int, factor: float,
+                     busy: Iterable[Busy]) -> int:
+    """End of a kernel that runs ``duration_ns`` alone from ``start_ns``, progressing at
+    ``1 / factor`` of its speed inside the ``busy`` intervals (which may overlap)."""
+    spans = sorted((lo, hi) for lo, hi in busy if hi > start_ns)
+    if factor <= 1.0 or not spans or duration_ns <= 0:
+        return start_ns + duration_ns
+    now: float = start_ns
+    left: float = duration_ns
+    """Alone-time work still to do."""
+    for lo, hi in spans:
+        if hi <= now:
+            continue  # inside a span already passed (spans overlap)
+        if lo > now:
+            if left <= lo - now:
+                break
+            left -= lo - now
+            now = lo
+        if left * factor <= hi - now:
+            return round(now + left * factor)
+        left -= (hi - now) / factor
+        now = hi
+    return round(now + left)
+
+
+class _Window:
+    __slots__ = ("end_ns", "key", "start_ns")
+
+    def __init__(self, start_ns: int, key: Hashable) -> None:
+        self.start_ns = start_ns
+        self.key = key
+        self.end_ns: int | None = None
+
+
+class CommWindows:
+    """The collectives in flight on one GPU, as far as the engine knows them when it places a
+    kernel. A collective whose end is still pending is assumed to last as long as the latest
+    one with the same key (op, group, size) did on this GPU; with no such one it is left out
+    (see the module docstring for why not "for ever")."""
+
+    def __init__(self) -> None:
+        self._open: list[_Window] = []
+        self._last_ns: dict[Hashable, int] = {}
+        """Key -> how long its latest occurrence was in flight here."""
+
+    def reached(self, start_ns: int, key: Hashable) -> Callable[[int], None]:
+        """A stream reached a collective at ``start_ns``; call the result with its end."""
+        window = _Window(start_ns, key)
+        self._open.append(window)
+
+        def ended(end_ns: int) -> None:
+            window.end_ns = end_ns
+            self._last_ns[key] = end_ns - start_ns
+
+        return ended
+
+    def busy(self, since_ns: int) -> list[Busy]:
+        """Every window not known to have ended by ``since_ns``, with its expected end.
+
+        Windows that ended by ``since_ns`` are forgotten: call it with a time that later
+        queries never precede (a kernel's launch time: the rank launches in program order).
+        """
+        self._open = [w for w in self._open if w.end_ns is None or w.end_ns > since_ns]
+        spans: list[Busy] = []
+        for window in self._open:
+            end_ns = window.end_ns
+            if end_ns is None and window.key in self._last_ns:
+                end_ns = window.start_ns + self._last_ns[window.key]
+            if end_ns is not None:
+                spans.append((window.start_ns, end_ns))
+        return spans
+
+
+MEASURED_OVERLAP = OverlapModel(
+    # bf16 GEMMs 2048^3, 4096^3, 8192^3: alone mean (ns) and slowdown, each averaged over
+    # all_reduce/all_gather/reduce_scatter x 16/256 MiB x 2 ranks (results.csv, k_slowdown).
+    compute=SlowdownCurve(((27_335, 1.691), (177_701, 1.296), (1_414_905, 1.089))),
+    # layer_norm [8192, 4096] and add of two 256 MiB tensors, bf16, averaged the same way.
+    memory=SlowdownCurve(((58_678, 1.310), (187_845, 1.141))),
+)
+"""2x H200, ``scripts/data/overlap/h200x2/results.csv``; the test suite checks these points
+against that file."""

@@ -1,0 +1,83 @@
+"""The accuracy harness reads the stored step logs and builds valid scenarios from them
+(no simulation here: that takes minutes, see scripts/validate_accuracy.py)."""
+
+import sys
+
+import pytest
+
+from phantora.scenario import parse_scenario
+from tests.integration.live_examples import ROOT
+
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import measure_steps  # scripts/ is not a package: imported from its folder
+import validate_accuracy as harness
+
+TORCHRUN = ("/opt/python3 -m torch.distributed.run --standalone --nproc_per_node 2 "
+            "/repo/scenarios/examples/gpt_fsdp2.py --model llama-1b --steps 10 --batch-size 4")
+
+
+def test_every_measured_run_becomes_a_valid_scenario() -> None:
+    cases = harness.measured_cases()
+    names = {case.name for case in cases}
+    assert {"h100x1-gpt2-124m-b8", "h100x1-llama-1b-b4", "h200x2-fsdp2-llama-1b-b4-sac",
+            "h200x2-ddp-gpt2-124m-b16"} <= names
+    assert not any(name.startswith(f"h100x1-{measure_steps.PROFILE_PREFIX}") for name in names)
+    for case in cases:
+        scenario = parse_scenario(case.scenario, str(case.scenario_path))
+        workload = scenario.workload
+        args = list(workload.args)
+        assert int(args[args.index("--steps") + 1]) <= harness.SIMULATED_STEPS
+        assert scenario.cluster.gpu == case.machine.split("x")[0]
+        assert case.measured_ms > 0 and case.measured_gib is not None
+
+
+def test_committed_accuracy_scenarios_match_the_logs() -> None:
+    """scenarios/accuracy/ is generated; regenerate with --write-scenarios after measuring."""
+    cases = harness.measured_cases()
+    committed = sorted(harness.ACCURACY_DIR.glob("*.yaml"))
+    assert committed == sorted(case.scenario_path for case in cases)
+    for case in cases:
+        assert case.scenario_path.read_text() == harness.scenario_yaml(case), case.name
+
+
+def test_anchor_scenario_and_published_numbers() -> None:
+    (anchor,) = harness.anchor_cases()
+    scenario = parse_scenario(anchor.scenario, str(anchor.scenario_path))
+    assert scenario.cluster.gpu == "h100-hbm2e-96g"
+    assert scenario.workload.world_size == 8
+    assert anchor.measured_ms == pytest.approx(2843.46, abs=0.01)  # 2 x 8192 / 5762 s
+    assert (anchor.measured_gib, anchor.memory) == (82.4, "reserved")
+
+
+def test_command_line_to_script_args_and_ranks() -> None:
+    assert harness.invocation(TORCHRUN) == (
+        "gpt_fsdp2.py", ["--model", "llama-1b", "--steps", "10", "--batch-size", "4"], 2)
+    single = "/usr/bin/python3 /r/scenarios/examples/gpt_single.py --steps 3"
+    assert harness.invocation(single) == ("gpt_single.py", ["--steps", "3"], 1)
+    assert harness.with_steps(["--steps", "10", "--x"], 5) == ["--steps", "5", "--x"]
+    assert harness.with_steps(["--steps", "3"], 5) == ["--steps", "3"]
+    assert harness.cluster_of("h200x2") == {"gpu": "h200", "hosts": 1, "gpus_per_host": 2}
+    with pytest.raises(ValueError, match="h100x1"):
+        harness.cluster_of("8xh100")
+
+
+def test_simulated_output_read_by_the_measurement_rule() -> None:
+    rank0 = "\n".join(f"step {i}/5 | loss 1.0 | norm 1.0 | lr 1e-4 | {ms} ms (gpu {ms} ms) | x"
+                      for i, ms in enumerate([90.0, 50.0, 12.0, 10.0, 11.0], 1))
+    rank0 += "\nrank 0: max_memory_allocated 2.000 GiB\nrank 0: max_memory_reserved 3.000 GiB"
+    rank1 = "rank 1: max_memory_allocated 2.500 GiB\nrank 1: max_memory_reserved 2.900 GiB"
+    result = measure_steps.parse_output([rank0, rank1], "h100x1", "x")
+    assert result.steps_ms == [12.0, 10.0, 11.0]  # steps 1-2 are warm-up
+    assert result.median_ms == 11.0
+    assert (result.peak_gib, result.reserved_gib) == (2.5, 3.0)
+
+
+def test_error_and_goals() -> None:
+    assert harness.error_pct(110.0, 100.0) == pytest.approx(10.0)
+    assert harness.error_pct(None, 100.0) is None
+    assert harness.goals_met([4.0, -6.0], [9.0])
+    assert not harness.goals_met([4.0, -11.0], [1.0])
+    assert not harness.goals_met([1.0], [-12.0])
+    message = "rank 5 failed:\nTraceback ...\nRuntimeError: CUDA out of memory. Tried\nmore"
+    assert harness.failure_line(message) == "RuntimeError: CUDA out of memory. Tried"

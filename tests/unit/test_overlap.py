@@ -1,0 +1,196 @@
+"""Compute/communication overlap: the stretch rule, the measured curves and the stream engine."""
+
+import csv
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from intercept.protocol import Collective, Kernel
+from phantora.compute.spec import MEMCPY_HTOD
+from phantora.engine.overlap import (
+    MEASURED_OVERLAP,
+    OverlapModel,
+    SlowdownCurve,
+    stretched_end_ns,
+)
+from phantora.engine.streams import Completion, RankDevice
+
+RESULTS = Path(__file__).parents[2] / "scripts/data/overlap/h200x2/results.csv"
+FLAT = OverlapModel(SlowdownCurve(((1, 2.0),)), SlowdownCurve(((1, 1.5),)))
+"""Factor 2 for compute kernels, 1.5 for memory-bound ones, whatever their duration."""
+
+
+class Port:
+    """A collective's share as the stream sees it; the test resolves its end."""
+
+    def __init__(self) -> None:
+        self.done = Completion()
+        self.ready_ns: int | None = None
+
+    def ready(self, ready_ns: int) -> None:
+        self.ready_ns = ready_ns
+
+    def describe(self) -> str:
+        return "all_reduce (test)"
+
+
+def device(overlap: OverlapModel | None = FLAT) -> tuple[RankDevice, list[Port]]:
+    ports: list[Port] = []
+
+    def issue(rank: int, op: Collective) -> Port:
+        ports.append(Port())
+        return ports[-1]
+
+    return RankDevice(0, issue, overlap), ports
+
+
+def collective(at_ns: int, stream: int = 7) -> Collective:
+    return Collective(stream, at_ns, "world", (0, 1), 0, "all_reduce", 1 << 20, 2)
+
+
+def mm(at_ns: int, duration_ns: int, stream: int = 0) -> Kernel:
+    return Kernel(stream, at_ns, duration_ns, "aten::mm", flops=10**9)
+
+
+# --- the rule ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("busy", "end_ns"), [
+    ([], 100),                               # no collective
+    ([(-50, -10)], 100),                     # ended before the kernel started
+    ([(-10, 1000)], 200),                    # in flight throughout: all of it slowed
+    ([(-10, 50)], 125),                      # ends inside: 25 of work by 50, 75 after
+    ([(30, 1000)], 170),                     # starts inside: 30 at full speed first
+    ([(20, 40)], 110),                       # a window inside the kernel
+    ([(0, 40), (20, 60)], 130),              # overlapping windows count once
+    ([(0, 10), (90, 300)], 120),             # 5 of work by 10, 85 by 90, 15 left at half
+])
+def test_stretched_end(busy: list[tuple[int, int]], end_ns: int) -> None:
+    assert stretched_end_ns(0, 100, 2.0, busy) == end_ns
+
+
+def test_no_stretch_at_factor_one_or_zero_duration() -> None:
+    assert stretched_end_ns(5, 100, 1.0, [(0, 1000)]) == 105
+    assert stretched_end_ns(5, 0, 2.0, [(0, 1000)]) == 5
+
+
+def test_curve_interpolates_in_log_duration_and_clamps() -> None:
+    curve = SlowdownCurve(((1_000, 2.0), (100_000, 1.0)))
+    assert curve.factor(10) == 2.0
+    assert curve.factor(10_000) == pytest.approx(1.5)
+    assert curve.factor(10**9) == 1.0
+    with pytest.raises(ValueError, match="ascend"):
+        SlowdownCurve(((2, 1.5), (1, 1.2)))
+    with pytest.raises(ValueError, match="below 1"):
+        SlowdownCurve(((1, 0.9),))
+
+
+def test_factor_by_kind() -> None:
+    assert FLAT.factor("aten::mm", 10**9, 1000) == 2.0
+    assert FLAT.factor("aten::add_.Tensor", 0, 1000) == 1.5
+    assert FLAT.factor("aten::some_unknown_op", 0, 1000) == 1.5  # costed by bytes too
+    assert FLAT.factor(MEMCPY_HTOD, 0, 1000) == 1.0  # copy engine over PCIe
+
+
+def test_measured_curves_match_the_measurement() -> None:
+    """Each curve point is the kernel's alone time and slowdown averaged over results.csv."""
+    alone: defaultdict[str, list[float]] = defaultdict(list)
+    slowdown: defaultdict[str, list[float]] = defaultdict(list)
+    kind: dict[str, str] = {}
+    with RESULTS.open(newline="") as handle:
+        for row in csv.DictReader(handle):
+            alone[row["kernel"]].append(float(row["k_alone_mean_us"]))
+            slowdown[row["kernel"]].append(float(row["k_slowdown"]))
+            kind[row["kernel"]] = row["kind"]
+    expected = {
+        which: sorted((round(statistics.fmean(alone[name]) * 1000),
+                       round(statistics.fmean(slowdown[name]), 3))
+                      for name in alone if kind[name] == which)
+        for which in ("compute", "memory")
+    }
+    assert list(MEASURED_OVERLAP.compute.points) == expected["compute"]
+    assert list(MEASURED_OVERLAP.memory.points) == expected["memory"]
+
+
+# --- on the simulated GPU ---------------------------------------------------------------------
+
+
+def test_kernel_overlapping_a_collective_in_flight_is_slowed() -> None:
+    gpu, ports = device()
+    gpu.apply(collective(0))
+    ports[0].done.resolve(5000)
+    gpu.apply(mm(10, 1000))
+    assert ports[0].ready_ns == 0
+    assert (gpu.spans[0].start_ns, gpu.spans[0].end_ns) == (10, 2010)
+    assert (gpu.slowed_kernels, gpu.overlap_extra_ns) == (1, 1000)
+
+
+def test_kernel_after_the_collective_ended_is_not_slowed() -> None:
+    gpu, ports = device()
+    gpu.apply(collective(0))
+    ports[0].done.resolve(500)
+    gpu.apply(mm(600, 1000))
+    assert (gpu.spans[0].start_ns, gpu.spans[0].end_ns) == (600, 1600)
+    assert gpu.slowed_kernels == 0
+
+
+def test_pending_collective_lasts_as_long_as_its_last_occurrence() -> None:
+    gpu, ports = device()
+    gpu.apply(collective(0))
+    ports[0].done.resolve(300)  # in flight 0..300 on this GPU
+    gpu.apply(collective(1000))  # the same op again, end pending: expected 1000..1300
+    gpu.apply(mm(1100, 1000))  # 1100..1300 at half speed (100 of work), 900 left after
+    assert gpu.spans[0].end_ns == 2200
+
+
+def test_pending_collective_never_seen_before_is_left_out() -> None:
+    gpu, ports = device()
+    gpu.apply(collective(0))
+    ports[0].done.resolve(300)
+    gpu.apply(Collective(7, 1000, "world", (0, 1), 1, "all_reduce", 2 << 20, 2))  # other size
+    gpu.apply(mm(1100, 1000))
+    assert gpu.spans[0].end_ns == 2100
+
+
+def test_collective_ending_inside_the_kernel_slows_only_the_overlap() -> None:
+    gpu, ports = device()
+    gpu.apply(collective(0))
+    ports[0].done.resolve(500)
+    gpu.apply(mm(100, 1000))  # 100..500 at half speed (200 of work), 800 left after
+    assert gpu.spans[0].end_ns == 1300
+
+
+def test_memory_bound_kernel_uses_its_own_factor() -> None:
+    gpu, ports = device()
+    gpu.apply(collective(0))
+    ports[0].done.resolve(5000)
+    gpu.apply(Kernel(0, 0, 1000, "aten::add.Tensor"))
+    assert gpu.spans[0].end_ns == 1500
+
+
+def test_kernel_behind_the_collective_on_its_stream_is_not_slowed() -> None:
+    gpu, ports = device()
+    gpu.apply(collective(0, stream=0))
+    gpu.apply(mm(10, 1000, stream=0))
+    assert gpu.spans == []  # queued behind the collective
+    ports[0].done.resolve(400)
+    assert (gpu.spans[0].start_ns, gpu.spans[0].end_ns) == (400, 1400)
+
+
+def test_collective_reached_after_the_kernel_was_placed_is_missed() -> None:
+    """The documented limit: the kernel's end is fixed before the later collective exists."""
+    gpu, ports = device()
+    gpu.apply(mm(0, 1000))
+    gpu.apply(collective(100))
+    ports[0].done.resolve(5000)
+    assert gpu.spans[0].end_ns == 1000
+
+
+def test_no_model_leaves_kernels_alone() -> None:
+    gpu, ports = device(overlap=None)
+    gpu.apply(collective(0))
+    ports[0].done.resolve(5000)
+    gpu.apply(mm(10, 1000))
+    assert gpu.spans[0].end_ns == 1010
