@@ -43,6 +43,16 @@ script's CPU time. Ops the autograd engine issues have no Python binding around 
 of their deduction comes out of the engine's own work (not measured apart). Left in: Python's
 deallocation of FakeTensors the script drops (~0.6 us each, a real tensor's ~0.2 us).
 
+*Host speed.* The script's counted CPU time is this machine's; a real GPU host runs the same
+Python at its own speed, and this machine's speed drifts with its load (on 2 shared cores the same
+code can cost 2-3x the CPU time when the box is busy). Given a :class:`CpuScale` (normally an
+``intercept.host_speed.HostSpeed`` for the scenario's reference host, ``simulation.host_cpu``),
+the clock counts the script's CPU time times ``reference_ns / local_ns`` of a short benchmark,
+re-measured every :data:`REMEASURE_EVERY_CPU_NS` of process CPU time (by the thread that made
+the clock, at its next reading; the measurement's own CPU time is skipped) to follow load
+changes. A new ratio applies from the moment it was measured on: the CPU counted before keeps
+the ratio it was counted with, so readings stay continuous and monotonic.
+
 In *reproducible* mode the CPU is not measured at all: every intercepted op (see
 :meth:`VirtualClock.tick`) costs a fixed ``op_cost_ns`` instead, so two runs give bit-identical
 times.
@@ -60,8 +70,12 @@ from types import TracebackType
 from typing import Protocol
 
 from intercept import shim
+from intercept.host_speed import UNSCALED, SpeedRatio
 
 _NS_PER_S = 1_000_000_000
+REMEASURE_EVERY_CPU_NS = 250_000_000
+"""Process CPU time between two host-speed measurements of a rank: one benchmark round (~5 ms
+on the 2-core development machine) per 250 ms keeps the cost near 2% of the simulation's CPU."""
 
 # The real functions, captured before any patching: the clock and the client must keep using them.
 _process_time_ns = time.process_time_ns
@@ -83,6 +97,18 @@ class ExcludedCpu(Protocol):
         ...
 
 
+class CpuScale(Protocol):
+    """Converts this machine's CPU time into a reference host's (``intercept.host_speed``)."""
+
+    def ratio(self) -> SpeedRatio:
+        """The ratio in force (measured last)."""
+        ...
+
+    def remeasure(self) -> SpeedRatio:
+        """Measure again, now, on the calling thread; the new ratio."""
+        ...
+
+
 class VirtualClock:
     """One rank's virtual time in integer ns; thread-safe.
 
@@ -92,13 +118,21 @@ class VirtualClock:
     reproducible mode, where each :meth:`tick` costs that much and nothing is measured.
     ``excluded_cpu``: where excluded CPU is accounted; default the shim's account if the shim is
     loaded in this process (there is one per process, shared by every clock in it), else one of
-    the clock's own.
+    the clock's own. ``cpu_scale``: converts the script's CPU time into the reference host's
+    (see the module doc); ``None`` counts it as measured here. Not with ``op_cost_ns``.
+    ``remeasure_every_cpu_ns``: process CPU time between two calls of its ``remeasure``.
     """
 
     def __init__(self, *, start_ns: int = 0, epoch_ns: int | None = None,
-                 op_cost_ns: int | None = None, excluded_cpu: ExcludedCpu | None = None) -> None:
+                 op_cost_ns: int | None = None, excluded_cpu: ExcludedCpu | None = None,
+                 cpu_scale: CpuScale | None = None,
+                 remeasure_every_cpu_ns: int = REMEASURE_EVERY_CPU_NS) -> None:
         if op_cost_ns is not None and op_cost_ns < 0:
             raise ValueError(f"op_cost_ns is {op_cost_ns}; a cost is >= 0 ns")
+        if op_cost_ns is not None and cpu_scale is not None:
+            raise ValueError("reproducible mode (op_cost_ns) measures no CPU time to scale")
+        if remeasure_every_cpu_ns <= 0:
+            raise ValueError(f"remeasure_every_cpu_ns is {remeasure_every_cpu_ns}; it is > 0")
         self.epoch_ns = time.time_ns() if epoch_ns is None else epoch_ns
         self.op_cost_ns = op_cost_ns
         self._lock = threading.Lock()
@@ -112,17 +146,38 @@ class VirtualClock:
         self._cpu_origin_ns = _process_time_ns()
         self._exclusion: AbstractContextManager[None] = (
             excluded_cpu if op_cost_ns is None else _NO_EXCLUSION)
+        self._cpu_scale = cpu_scale
+        self._ratio = UNSCALED if cpu_scale is None else cpu_scale.ratio()
+        self._scaled_before_ns = 0
+        """Script CPU counted under earlier ratios, already scaled."""
+        self._script_before_ns = 0
+        """Script CPU (as measured) at the last change of ratio."""
+        self._remeasure_every_ns = remeasure_every_cpu_ns
+        self._next_measure_cpu_ns = self._cpu_origin_ns + remeasure_every_cpu_ns
+        self._measure_due = False
+        self._frozen_script_ns: int | None = None
+        """While a measurement runs: the script's CPU reading when it started."""
+        self._skipped_ns = 0
+        """CPU time of measurements that counted as the script's and was skipped."""
+        self._measuring_thread: int | None = threading.get_ident()
+        """Only the thread that made the clock (a rank's main thread) measures."""
         os.register_at_fork(after_in_child=self._forget_threads)
 
     def _forget_threads(self) -> None:
         """In a forked child (a DataLoader worker) the lock may have been held by a thread that
-        is gone."""
+        is gone, and the child measures nothing more (it is not the rank)."""
         self._lock = threading.Lock()
+        self._measuring_thread = None
 
     @property
     def reproducible(self) -> bool:
         """Whether script CPU time is replaced by a fixed cost per intercepted op."""
         return self.op_cost_ns is not None
+
+    @property
+    def speed_ratio(self) -> SpeedRatio:
+        """The host-speed ratio the script's CPU time is counted with now (1/1 unscaled)."""
+        return self._ratio
 
     def now_ns(self) -> int:
         """The current virtual time; never less than any earlier reading."""
@@ -130,7 +185,31 @@ class VirtualClock:
             raw = self._raw_ns()
             if raw > self._last_ns:
                 self._last_ns = raw
-            return self._last_ns
+            reading = self._last_ns
+        if self._measure_due and threading.get_ident() == self._measuring_thread:
+            self._remeasure()
+        return reading
+
+    def _remeasure(self) -> None:
+        """Take a new host-speed ratio; it applies from now on. The measurement's own CPU time
+        is skipped: the script's CPU reading stays where it was until it is over (the scale
+        may time the benchmark as script time, to time it as the script is timed)."""
+        assert self._cpu_scale is not None
+        with self._lock:
+            self._frozen_script_ns = frozen_ns = self._script_cpu_ns()
+            self._measure_due = False  # also while it runs: a reading inside must not recurse
+        ratio = self._ratio
+        try:
+            ratio = self._cpu_scale.remeasure()
+        finally:
+            with self._lock:
+                self._frozen_script_ns = None
+                self._next_measure_cpu_ns = _process_time_ns() + self._remeasure_every_ns
+                script_ns = self._script_cpu_ns()
+                self._skipped_ns += script_ns - frozen_ns
+                self._scaled_before_ns += self._ratio.scale(frozen_ns - self._script_before_ns)
+                self._script_before_ns = script_ns
+                self._ratio = ratio
 
     def excluded(self) -> AbstractContextManager[None]:
         """A context manager: CPU time the calling thread spends inside is not the script's.
@@ -161,23 +240,36 @@ class VirtualClock:
 
     def cpu_split_ns(self) -> tuple[int, int]:
         """``(script, simulator)``: process CPU since the clock started, split into what counted
-        as the script's and what the excluded sections took. Reproducible mode measures no
-        script CPU, so all of it is reported as the simulator's."""
+        as the script's and what the excluded sections and host-speed measurements took
+        (unscaled: CPU time of this machine). Reproducible mode measures no script CPU, so all
+        of it is reported as the simulator's."""
         cpu_ns = _process_time_ns() - self._cpu_origin_ns
         if self.op_cost_ns is not None:
             return 0, cpu_ns
+        simulator_ns = (self._excluded_cpu.total_ns() - self._excluded_origin_ns
+                        + self._skipped_ns)
+        return cpu_ns - simulator_ns, simulator_ns
+
+    def _script_cpu_ns(self) -> int:
+        """The script's CPU time as measured here since the clock started, call with the lock
+        held. Frozen while a host-speed measurement runs; what measurements counted is in it
+        (the scaling skips it). Excluded sections first, process CPU last: CPU that runs
+        between the two reads is counted as the script's (a few ns), never subtracted twice."""
+        if self._frozen_script_ns is not None:
+            return self._frozen_script_ns
         excluded_ns = self._excluded_cpu.total_ns() - self._excluded_origin_ns
-        return cpu_ns - excluded_ns, excluded_ns
+        cpu_now_ns = _process_time_ns()
+        if self._cpu_scale is not None and cpu_now_ns >= self._next_measure_cpu_ns:
+            self._measure_due = True
+        return cpu_now_ns - self._cpu_origin_ns - excluded_ns
 
     def _raw_ns(self) -> int:
         """The unclamped reading; call with the lock held."""
         if self.op_cost_ns is not None:
             return self._offset_ns
-        # Excluded sections first, process CPU last: CPU that runs between the two reads is
-        # counted as the script's (a few ns), never subtracted twice.
-        excluded_ns = self._excluded_cpu.total_ns() - self._excluded_origin_ns
-        cpu_ns = _process_time_ns() - self._cpu_origin_ns
-        return self._offset_ns + cpu_ns - excluded_ns
+        script_ns = self._script_cpu_ns()
+        return (self._offset_ns + self._scaled_before_ns
+                + self._ratio.scale(script_ns - self._script_before_ns))
 
 
 class ThreadCpuExclusion:

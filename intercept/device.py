@@ -23,7 +23,8 @@ from phantora.cluster.catalogue import GpuSpec
 from phantora.errors import SimulationError
 
 if TYPE_CHECKING:
-    from intercept.fake_mode import FunctionalCollectiveHandler, Runtime, SimFakeMode
+    from intercept.fake_mode import (DeviceMemory, FunctionalCollectiveHandler, Runtime,
+                                     SimFakeMode)
 
     class DeviceRuntime(Runtime, Protocol):
         """What the device needs of ``intercept.runtime.RankRuntime``."""
@@ -59,8 +60,9 @@ def enter_fake_mode(runtime: "DeviceRuntime | None" = None,
         raise SimulationError("the fake CUDA mode is already entered in this process")
     if runtime is None:
         runtime = _rank_runtime()
-    mode = fake_mode.SimFakeMode(runtime, patches.installed().memory, on_functional_collective)
-    shim.set_callback(_stream_event_bridge(runtime))
+    memory = patches.installed().memory
+    mode = fake_mode.SimFakeMode(runtime, memory, on_functional_collective)
+    shim.set_callback(_stream_event_bridge(runtime, memory))
     mode.__enter__()
     fake_mode.activate(mode)
     return mode
@@ -79,12 +81,19 @@ def _rank_runtime() -> "DeviceRuntime":
     return runtime
 
 
-def _stream_event_bridge(runtime: "DeviceRuntime") -> Callable[[int, int, int], int]:
-    """The shim's callback: stream and event operations of the device guard -> ``runtime``.
+def _stream_event_bridge(runtime: "DeviceRuntime",
+                         memory: "DeviceMemory") -> Callable[[int, int, int], int]:
+    """The shim's callback: stream and event operations of the device guard -> ``runtime``;
+    after a synchronisation, ``memory`` may reuse blocks other streams were using.
 
     Exceptions cannot cross the C++ frames in between: the traceback is printed and the shim
     raises a RuntimeError in the calling torch function instead.
     """
+
+    def synchronized(kind: str, target: int) -> int:
+        done = runtime.sync(kind, target)
+        memory.synchronized()
+        return done
 
     def query_stream(stream: int) -> int:
         event = runtime.new_event()
@@ -103,9 +112,9 @@ def _stream_event_bridge(runtime: "DeviceRuntime") -> Callable[[int, int, int], 
         CallbackOp.NEW_EVENT: lambda a, b: runtime.new_event(),
         CallbackOp.RECORD_EVENT: record_event,
         CallbackOp.WAIT_EVENT: wait_event,
-        CallbackOp.SYNC_DEVICE: lambda a, b: runtime.sync("device"),
-        CallbackOp.SYNC_STREAM: lambda a, b: runtime.sync("stream", a),
-        CallbackOp.SYNC_EVENT: lambda a, b: runtime.sync("event", a),
+        CallbackOp.SYNC_DEVICE: lambda a, b: synchronized("device", 0),
+        CallbackOp.SYNC_STREAM: lambda a, b: synchronized("stream", a),
+        CallbackOp.SYNC_EVENT: lambda a, b: synchronized("event", a),
         CallbackOp.QUERY_EVENT: lambda a, b: runtime.sync("query", a),
         CallbackOp.QUERY_STREAM: lambda a, b: query_stream(a),
     }

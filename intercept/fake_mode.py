@@ -24,11 +24,9 @@ shapes: ``nonzero``, ``masked_select``, boolean indexing and ``unique`` keep
 :data:`SELECT_FRACTION` of the elements; ``bincount`` has ``max(minlength, INT_VALUE + 1)``
 bins; ``repeat_interleave(repeats)`` repeats every element ``INT_VALUE`` times.
 
-Device memory (``torch.cuda.memory_allocated`` and friends) is a live-bytes counter of fake
-CUDA storages: a storage counts from the op that creates it until it is freed. It does not
-model the caching allocator's block rounding and fragmentation (that comes with the calibrated
-allocator model); "reserved" is the high-water mark of allocated bytes rounded up to
-:data:`RESERVED_GRANULE_BYTES`, lowered only by ``empty_cache()``.
+Device memory (``torch.cuda.memory_allocated`` and friends, out-of-memory errors) comes from a
+model of PyTorch's caching allocator per GPU (``intercept.allocator``) that fake CUDA storages
+allocate from while they live (:class:`DeviceMemory`).
 
 The interceptor's own CPU time (fake execution, recording) runs inside
 ``runtime.excluded()``; calls into the runtime (kernel, sync) and into the process group
@@ -44,25 +42,27 @@ import contextlib
 import functools
 import threading
 import weakref
-from collections.abc import Callable
-from typing import Any, ContextManager, Protocol
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, ContextManager, Protocol, TypeVar
 
 import numpy as np
 import torch
 from torch._subclasses.fake_tensor import _DISPATCH_META_HANDLERS, FakeTensor, FakeTensorMode
 
 from intercept import op_costs, shim
+from intercept.allocator import CUDA_CONTEXT_BYTES, Block, CachingAllocator
 from phantora.compute.spec import MEMCPY_DTOH, MEMCPY_HTOD, KernelSpec
 from phantora.errors import SimulationError
 
 aten = torch.ops.aten
+_T = TypeVar("_T")
 
 FLOAT_VALUE = 1.0
 INT_VALUE = 1
 BOOL_VALUE = False
 SELECT_FRACTION = 0.5
 REAL_CPU_MAX_NUMEL = 65536
-RESERVED_GRANULE_BYTES = 2 * 2**20
 CALIBRATION_ROUNDS = 10
 CALIBRATION_OPS = 100
 """:func:`calibrate_dispatch_glue` times this many rounds of this many ops (~0.1 s of CPU)."""
@@ -114,102 +114,215 @@ def plausible_value(dtype: torch.dtype) -> float | int | bool:
 
 
 class DeviceMemory:
-    """Live bytes of fake CUDA storages per device, with the peaks ``torch.cuda`` reports."""
+    """Fake CUDA storages -> the caching allocator of their GPU (``intercept.allocator``).
 
-    def __init__(self, total_bytes: int) -> None:
+    A storage gets a block when the op creating it is recorded (:meth:`track`, on the device's
+    current stream), a new one when it is resized (FSDP2 frees and re-allocates unsharded
+    parameters that way), and gives it back when the storage dies (a weak reference's
+    callback, on whatever thread drops the last reference). A matrix multiply also gets the
+    cuBLAS workspaces PyTorch allocates through the same allocator (:meth:`blas_workspace`).
+    Out-of-memory raises ``torch.OutOfMemoryError`` from the op, as on a GPU.
+
+    Thread-safe. Frees can arrive re-entrantly (a garbage collection inside an allocator call
+    runs storage finalizers on the same thread): they are queued and applied when the
+    allocator call returns.
+    """
+
+    def __init__(self, total_bytes: int, sm_arch: int,
+                 context_bytes: int = CUDA_CONTEXT_BYTES) -> None:
         self.total_bytes = total_bytes
-        # reentrant: a garbage collection inside a locked section may free a storage, whose
-        # finalizer (_free) then takes the lock again on the same thread
+        self._context_bytes = context_bytes
+        self._cublas_workspace_bytes = cublas_workspace_bytes(sm_arch)
+        # reentrant: see the class docstring
         self._lock = threading.RLock()
-        self._tracked: dict[int, weakref.ref[torch.UntypedStorage]] = {}
-        """Storage key -> a weak reference whose callback uncounts it."""
-        self._stats: dict[int, dict[str, int]] = {}
+        self._busy = False
+        self._deferred: list[tuple[int, Block]] = []
+        self._allocators: dict[int, CachingAllocator] = {}
+        self._tracked: dict[int, _TrackedStorage] = {}
+        """Storage key -> its weak reference, device and block (``None``: empty)."""
+        self._workspaces: set[tuple[int, int, int, bool]] = set()
+        """(thread, device, stream, cuBLASLt) that have their workspace (kept for good)."""
         self._simulator_time = shim.simulator_time()
+        self._current_stream = shim.library().fakecuda_current_stream
 
-    def stats(self, device: int) -> dict[str, int]:
-        """Counters of ``device`` (created at zero on first use)."""
-        stats = self._stats.get(device)
-        if stats is None:
-            stats = self._stats[device] = dict.fromkeys(
-                ("allocated", "peak", "allocated_total", "freed_total", "reserved",
-                 "reserved_peak", "count", "count_peak"), 0)
-        return stats
+    def device_allocator(self, device: int) -> CachingAllocator:
+        """The allocator of GPU ``device`` (created on first use)."""
+        found = self._allocators.get(device)
+        if found is None:
+            found = self._allocators[device] = CachingAllocator(
+                device, self.total_bytes, self._context_bytes, torch.OutOfMemoryError)
+        return found
 
     def track(self, t: torch.Tensor) -> None:
-        """Count ``t``'s storage if it is new; it is uncounted when the storage is freed."""
+        """Allocate ``t``'s storage if it is new (freed when the storage dies), or again if an
+        op grew it (``resize_``, ``out=``)."""
         storage = t.untyped_storage()
         key = storage._cdata
         nbytes = storage.nbytes()
-        device = t.device.index or 0
+        tracked = self._tracked.get(key)
+        if tracked is not None and tracked.nbytes == nbytes:
+            return
         with self._lock:
-            if key in self._tracked:
+            tracked = self._tracked.get(key)
+            if tracked is not None:
+                self._reallocate(tracked, nbytes)
                 return
+            device = t.device.index or 0
+            block = self._malloc(device, nbytes) if nbytes else None
             # a plain weak reference: its callback costs less than weakref.finalize's machinery
-            self._tracked[key] = weakref.ref(storage, functools.partial(self._free, key, device,
-                                                                        nbytes))
-            s = self.stats(device)
-            s["allocated"] += nbytes
-            s["allocated_total"] += nbytes
-            s["count"] += 1
-            s["peak"] = max(s["peak"], s["allocated"])
-            s["count_peak"] = max(s["count_peak"], s["count"])
-            s["reserved"] = max(s["reserved"], _round_up(s["allocated"], RESERVED_GRANULE_BYTES))
-            s["reserved_peak"] = max(s["reserved_peak"], s["reserved"])
+            ref = weakref.ref(storage, functools.partial(self._release, key))
+            self._tracked[key] = _TrackedStorage(ref, device, nbytes, block)
 
-    def _free(self, key: int, device: int, nbytes: int, ref: object) -> None:
-        """Uncount a freed storage (whichever thread freed it; the simulator's CPU time)."""
-        with self._simulator_time, self._lock:
-            self._tracked.pop(key, None)
-            s = self.stats(device)
-            s["allocated"] -= nbytes
-            s["freed_total"] += nbytes
-            s["count"] -= 1
+    def resize(self, storage: torch.UntypedStorage, nbytes: int) -> None:
+        """``storage.resize_(nbytes)`` is about to run: a tracked storage gets a new block."""
+        with self._lock:
+            tracked = self._tracked.get(storage._cdata)
+            if tracked is not None:
+                self._reallocate(tracked, nbytes)
+
+    def record_stream(self, t: torch.Tensor, stream: int) -> None:
+        """``t.record_stream(stream)``: its block is not reused before ``stream`` is done."""
+        with self._lock:
+            tracked = self._tracked.get(t.untyped_storage()._cdata)
+            if tracked is not None and tracked.block is not None:
+                self.device_allocator(tracked.device).record_stream(tracked.block, stream)
+
+    def blas_workspace(self, func: Any, device: int) -> None:
+        """``func`` (one of :data:`BLAS_OPS`) runs on ``device``: PyTorch gives each (cuBLAS
+        handle, stream) a workspace from the caching allocator on first use and keeps it
+        (``CublasHandlePool.cpp``); each thread has its own handle (autograd runs backward on
+        a thread of its own); cuBLASLt calls (:data:`BLAS_LT_OPS`) have a second workspace."""
+        thread, stream = threading.get_ident(), self._current_stream(device)
+        for lt in (False, True) if func in BLAS_LT_OPS else (False,):
+            key = (thread, device, stream, lt)
+            if key not in self._workspaces:
+                with self._lock:
+                    self._malloc(device, CUBLASLT_WORKSPACE_BYTES if lt
+                                 else self._cublas_workspace_bytes)
+                    self._workspaces.add(key)
+
+    def synchronized(self) -> None:
+        """The host waited for the device (blocks used on other streams become reusable)."""
+        with self._lock:
+            for found in self._allocators.values():
+                found.synchronized()
+
+    def nested_stats(self, device: int) -> dict[str, Any]:
+        """``torch.cuda.memory_stats_as_nested_dict()``."""
+        with self._lock:
+            return self.device_allocator(device).stats.nested()
+
+    def mem_get_info(self, device: int) -> tuple[int, int]:
+        """``torch.cuda.mem_get_info()``: ``(free, total)`` bytes of the GPU."""
+        with self._lock:
+            return self.device_allocator(device).free_bytes(), self.total_bytes
 
     def reset_peak(self, device: int) -> None:
         with self._lock:
-            s = self.stats(device)
-            s["peak"], s["count_peak"] = s["allocated"], s["count"]
-            s["reserved_peak"] = s["reserved"]
+            self.device_allocator(device).stats.reset_peak()
 
     def reset_accumulated(self, device: int) -> None:
         with self._lock:
-            s = self.stats(device)
-            s["allocated_total"] = s["freed_total"] = 0
+            self.device_allocator(device).stats.reset_accumulated()
 
-    def empty_cache(self, device: int) -> None:
-        """Give unused reserved memory back: reserved drops to allocated, rounded up."""
+    def empty_cache(self) -> None:
+        """``torch.cuda.empty_cache()``: every GPU releases its unused cached segments."""
         with self._lock:
-            s = self.stats(device)
-            s["reserved"] = _round_up(s["allocated"], RESERVED_GRANULE_BYTES)
+            for found in self._allocators.values():
+                self._run(found.empty_cache)
 
-    def nested_stats(self, device: int) -> dict[str, Any]:
-        """``torch.cuda.memory_stats_as_nested_dict()``: what the counter models, zeros for the
-        caching allocator's internals (splits, oversize blocks) that it does not."""
-        s = dict(self.stats(device))
+    def set_fraction(self, device: int, fraction: float) -> None:
+        """``set_per_process_memory_fraction``: reserve at most ``fraction`` of the GPU."""
+        with self._lock:
+            self.device_allocator(device).set_allowed_fraction(fraction)
 
-        def counts(current: int = 0, peak: int = 0, allocated: int = 0,
-                   freed: int = 0) -> dict[str, int]:
-            return {"current": current, "peak": peak, "allocated": allocated, "freed": freed}
+    def fraction(self, device: int) -> float:
+        """``get_per_process_memory_fraction``."""
+        with self._lock:
+            allowed = self.device_allocator(device).allowed_bytes
+        return 1.0 if allowed is None else allowed / self.total_bytes
 
-        def pooled(*values: int) -> dict[str, Any]:
-            # every counted storage is reported in the large pool
-            return {"all": counts(*values), "large_pool": counts(*values), "small_pool": counts()}
+    def _reallocate(self, tracked: "_TrackedStorage", nbytes: int) -> None:
+        """A new block for a storage that now holds ``nbytes`` (lock held)."""
+        if nbytes == tracked.nbytes:
+            return
+        block = self._malloc(tracked.device, nbytes) if nbytes else None
+        if tracked.block is not None:
+            self._free(tracked.device, tracked.block)
+        tracked.nbytes, tracked.block = nbytes, block
 
-        live_bytes = pooled(s["allocated"], s["peak"], s["allocated_total"], s["freed_total"])
-        live_count = pooled(s["count"], s["count_peak"])
-        segments = s["reserved"] // RESERVED_GRANULE_BYTES
-        return {
-            "allocated_bytes": live_bytes, "active_bytes": live_bytes,
-            "requested_bytes": live_bytes,
-            "reserved_bytes": pooled(s["reserved"], s["reserved_peak"]),
-            "inactive_split_bytes": pooled(),
-            "allocation": live_count, "active": live_count,
-            "segment": pooled(segments, s["reserved_peak"] // RESERVED_GRANULE_BYTES),
-            "inactive_split": pooled(),
-            "oversize_allocations": counts(), "oversize_segments": counts(),
-            "num_alloc_retries": 0, "num_ooms": 0, "num_sync_all_streams": 0,
-            "num_device_alloc": 0, "num_device_free": 0, "max_split_size": -1,
-        }
+    def _malloc(self, device: int, nbytes: int) -> Block:
+        """A block on ``device``'s current stream (lock held)."""
+        found = self.device_allocator(device)
+        return self._run(found.malloc, nbytes, self._current_stream(device))
+
+    def _free(self, device: int, block: Block) -> None:
+        """Give ``block`` back now, or after the allocator call under way (lock held)."""
+        self._deferred.append((device, block))
+        if not self._busy:
+            self._drain()
+
+    def _run(self, call: Callable[..., _T], *args: Any) -> _T:
+        """``call(*args)`` on an allocator, then the frees that arrived meanwhile (lock held)."""
+        self._busy = True
+        try:
+            return call(*args)
+        finally:
+            self._busy = False
+            self._drain()
+
+    def _drain(self) -> None:
+        """Apply the queued frees (lock held)."""
+        self._busy = True
+        try:
+            while self._deferred:
+                device, block = self._deferred.pop()
+                self._allocators[device].free(block)
+        finally:
+            self._busy = False
+
+    def _release(self, key: int, ref: object) -> None:
+        """A tracked storage died (on whichever thread; the simulator's CPU time)."""
+        with self._simulator_time, self._lock:
+            tracked = self._tracked.pop(key, None)
+            if tracked is not None and tracked.block is not None:
+                self._free(tracked.device, tracked.block)
+
+
+@dataclass(slots=True)
+class _TrackedStorage:
+    """A fake CUDA storage the allocator knows."""
+
+    ref: "weakref.ref[torch.UntypedStorage]"
+    """Keeps the callback that frees the block alive."""
+    device: int
+    nbytes: int
+    block: Block | None
+    """``None`` while the storage is empty (PyTorch allocates nothing for 0 bytes)."""
+
+
+def cublas_workspace_bytes(sm_arch: int) -> int:
+    """PyTorch's default cuBLAS workspace (``CUBLAS_WORKSPACE_CONFIG`` unset): ``:4096:8``
+    (32 MiB) on sm90 (H100, H200), else ``:4096:2:16:8`` (``CublasHandlePool.cpp``)."""
+    if sm_arch == 90:
+        return 4096 * 1024 * 8
+    return 4096 * 1024 * 2 + 16 * 1024 * 8
+
+
+CUBLASLT_WORKSPACE_BYTES = 2**20
+"""PyTorch's default cuBLASLt workspace (``CUBLASLT_WORKSPACE_SIZE`` unset: 1024 KiB)."""
+BLAS_OPS: frozenset[Any] = frozenset({
+    aten.mm.default, aten.mm.out, aten.bmm.default, aten.bmm.out, aten.baddbmm.default,
+    aten.baddbmm.out, aten.addbmm.default, aten.addmv.default, aten.mv.default,
+    aten.dot.default, aten.vdot.default, aten.addmm.default, aten.addmm.out,
+    aten._addmm_activation.default, aten._scaled_mm.default,
+})
+"""Ops whose CUDA kernels are cuBLAS calls (they take a cuBLAS handle and its workspace)."""
+BLAS_LT_OPS: frozenset[Any] = frozenset({
+    aten.addmm.default, aten.addmm.out, aten._addmm_activation.default, aten._scaled_mm.default,
+})
+"""Ops that go through cuBLASLt (``gemm_and_bias``, scaled mm) with its own workspace.
+NB: ``addmm`` does so only with a 1-D bias and ``beta == 1``; counted always (1 MiB)."""
 
 
 Launch = tuple[KernelSpec, int, bool]
@@ -247,6 +360,19 @@ class SimFakeMode(FakeTensorMode):
         """The host waits for the GPU before reading ``t`` (if ``t`` lives on a GPU)."""
         if t.device.type == "cuda":
             self.runtime.sync("stream", self._current_stream(t.device.index or 0))
+
+    @contextlib.contextmanager
+    def shapes_only(self) -> Iterator[None]:
+        """Ops run inside only derive shapes, like the ops FakeTensorMode issues itself: they
+        take no device memory and launch no kernel (DTensor's sharding propagation, which on
+        a GPU runs in a private FakeTensorMode)."""
+        state = self._thread
+        previous = getattr(state, "depth", 0)
+        state.depth = 1
+        try:
+            yield
+        finally:
+            state.depth = previous
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         query = _METADATA_QUERIES.get(func)
@@ -296,8 +422,9 @@ class SimFakeMode(FakeTensorMode):
             return _RUN_REAL, None
         if func is aten._local_scalar_dense.default:
             return self._read_scalar(func, types, args, kwargs)
-        if func is aten.record_stream.default:
-            return None, None  # the caching allocator's business; has no fake implementation
+        if func is aten.record_stream.default:  # no fake implementation; no kernel
+            self.memory.record_stream(args[0], args[1].stream_id)
+            return None, None
         handler = DATA_DEPENDENT.get(func)
         if handler is not None:
             out = handler(self, *args, **kwargs)
@@ -308,12 +435,16 @@ class SimFakeMode(FakeTensorMode):
     def _launch(self, func: Any, args: Any, kwargs: Any, out: Any,
                 inputs: list[torch.Tensor]) -> Launch | None:
         """The kernel ``func`` launches, if any; also counts the CUDA storages it created."""
+        if out is NotImplemented:  # a tensor subclass defers: the op comes again, unwrapped
+            return None
         outputs = op_costs.flat_tensors(out)
         device = None
         for t in outputs:
             if isinstance(t, FakeTensor) and t.device.type == "cuda":
                 self.memory.track(t)
                 device = t.device.index or 0
+        if device is not None and func in BLAS_OPS:
+            self.memory.blas_workspace(func, device)
         if func.is_view or func in NO_KERNEL_OPS or func.namespace in NO_KERNEL_NAMESPACES:
             return None
         if device is None:
@@ -405,7 +536,7 @@ def calibrate_dispatch_glue(rounds: int = CALIBRATION_ROUNDS, ops: int = CALIBRA
         raise SimulationError("calibrate the dispatch glue while no dispatch deduction is in "
                               "force")
     counted_ns = shim.thread_counted_ns
-    with SimFakeMode(_NullRuntime(), DeviceMemory(total_bytes=2**30)):
+    with SimFakeMode(_NullRuntime(), DeviceMemory(total_bytes=2**40, sm_arch=90)):
         x = torch.empty(16, device="cuda")
         y = torch.empty(16, device="cuda")
         for _ in range(ops):  # warm up FakeTensorMode's dispatch cache

@@ -21,6 +21,7 @@ Not patched on purpose: ``torch.cuda._is_compiled`` (dynamo would then import CU
 of ``torch._C``), ``torch.version.cuda`` (stays None).
 """
 
+import contextlib
 import functools
 import importlib
 import sys
@@ -31,11 +32,12 @@ from typing import Any
 
 import torch
 import torch.cuda.nvtx
+import torch.distributed.tensor._sharding_prop
 import torch.optim.optimizer
 import torch.utils._foreach_utils
 from torch._subclasses.fake_tensor import FakeTensor
 
-from intercept import fake_mode, shim
+from intercept import cuda_ops, fake_mode, shim
 from phantora.cluster.catalogue import GpuSpec
 from phantora.errors import SimulationError
 
@@ -234,7 +236,7 @@ def is_current_stream_capturing() -> bool:
     return False  # CUDA graphs are not simulated
 
 
-# --- memory (see intercept.fake_mode.DeviceMemory for what the counter models) ----------------
+# --- memory (intercept.fake_mode.DeviceMemory: a caching-allocator model per GPU) -------------
 
 def memory_stats_as_nested_dict(device: Any = None) -> dict[str, Any]:
     return installed().memory.nested_stats(_index(device))
@@ -249,14 +251,52 @@ def reset_accumulated_memory_stats(device: Any = None) -> None:
 
 
 def empty_cache() -> None:
-    installed().memory.empty_cache(current_device())
+    """Every GPU's allocator releases its unused cached segments (as PyTorch's does)."""
+    installed().memory.empty_cache()
 
 
 def mem_get_info(device: Any = None) -> tuple[int, int]:
-    """``(free, total)`` bytes: what the simulated allocator has not reserved."""
-    memory = installed().memory
-    reserved = memory.stats(_index(device))["reserved"]
-    return memory.total_bytes - reserved, memory.total_bytes
+    """``(free, total)`` bytes: free is what neither the CUDA context nor the allocator holds."""
+    return installed().memory.mem_get_info(_index(device))
+
+
+def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None:
+    """The allocator reserves at most ``fraction`` of the GPU (checks as torch does)."""
+    if not isinstance(fraction, float):
+        raise TypeError("Invalid type for fraction argument, must be `float`")
+    if fraction < 0 or fraction > 1:
+        raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+    installed().memory.set_fraction(_index(device), fraction)
+
+
+def get_per_process_memory_fraction(device: Any = None) -> float:
+    return installed().memory.fraction(_index(device))
+
+
+def sharding_propagation_shapes_only(original: Callable[..., Any]) -> Callable[..., Any]:
+    """DTensor derives an op's global output shape by running it on global-shape fake tensors
+    in the active fake mode (a private one on a GPU host): here that is SimFakeMode, which
+    must not give those tensors device memory or launch their kernels."""
+
+    @functools.wraps(original)
+    def propagate(self: Any, op_schema: Any) -> Any:
+        mode = fake_mode.active()
+        with mode.shapes_only() if mode is not None else contextlib.nullcontext():
+            return original(self, op_schema)
+
+    return propagate
+
+
+def storage_resize_reallocating(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``UntypedStorage.resize_`` of a fake CUDA storage gets a new block first (FSDP2 frees
+    and re-allocates unsharded parameters this way; no op reaches the dispatcher)."""
+
+    @functools.wraps(original)
+    def resize_(self: torch.UntypedStorage, size: int) -> Any:
+        installed().memory.resize(self, int(size))
+        return original(self, size)
+
+    return resize_
 
 
 def accelerator_memory_stats(device_index: Any = None, /) -> dict[str, Any]:
@@ -452,7 +492,7 @@ class Register:
 
 _NO_CUDA = "the CPU build raises 'Torch not compiled with CUDA enabled'"
 _NO_C = "calls a torch._C._cuda_* function a CPU build lacks"
-_MEMORY = "reads the simulated allocator's counter"
+_MEMORY = "answered by the simulated caching allocator"
 
 PATCHES: tuple[Patch | Wrap | Register, ...] = (
     # devices
@@ -487,6 +527,15 @@ PATCHES: tuple[Patch | Wrap | Register, ...] = (
           _NO_C),
     Patch("torch.cuda.memory.empty_cache", empty_cache, _MEMORY),
     Patch("torch.cuda.memory.mem_get_info", mem_get_info, "calls cudart"),
+    Patch("torch.cuda.memory.set_per_process_memory_fraction", set_per_process_memory_fraction,
+          _NO_C),
+    Patch("torch.cuda.memory.get_per_process_memory_fraction", get_per_process_memory_fraction,
+          _NO_C),
+    Wrap("torch.UntypedStorage.resize_", storage_resize_reallocating,
+         "a fake storage's resize_ changes its size in C++ only; the allocator must know"),
+    Wrap("torch.distributed.tensor._sharding_prop.ShardingPropagator."
+         "_propagate_tensor_meta_non_cached", sharding_propagation_shapes_only,
+         "TP: global-shape tensors (1.5 GiB of GPT-2 logits) counted as device memory"),
     Patch("torch.accelerator.memory.memory_stats", accelerator_memory_stats,
           "the C++ device allocator of a CPU build asserts"),
     Patch("torch.accelerator.memory.reset_peak_memory_stats",
@@ -532,6 +581,9 @@ PATCHES: tuple[Patch | Wrap | Register, ...] = (
          "optimizers fall back to a per-parameter loop"),
     Register("scaled_dot_product_attention", "AutogradCUDA", sdpa_cuda,
              "a CPU build only has the math path for 'cuda'"),
+    *(Register(op, "CUDA", cuda_ops.placeholder_kernel(op),
+               "without a CUDA kernel, AutogradCUDA decomposes it (intercept.cuda_ops)")
+      for op in cuda_ops.FUSED_ON_CUDA),
     # compilation and threads
     Wrap("torch.compile", compile_with_runnable_backend, "inductor needs real buffers + Triton"),
     Wrap("threading.Thread._bootstrap_inner", fake_mode.bootstrap_thread_under_mode,
@@ -555,7 +607,8 @@ def install(gpu: GpuSpec, device_count: int) -> FakeDevices:
     if device_count < 1:
         raise SimulationError(f"a simulated host needs at least one GPU, got {device_count}")
     shim.library().fakecuda_set_device_count(device_count)
-    _installed = FakeDevices(gpu, device_count, fake_mode.DeviceMemory(gpu.memory_bytes))
+    _installed = FakeDevices(gpu, device_count,
+                             fake_mode.DeviceMemory(gpu.memory_bytes, gpu.sm_arch))
     replacements: dict[int, Any] = {}
     for entry in PATCHES:
         if isinstance(entry, Register):

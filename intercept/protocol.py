@@ -109,6 +109,9 @@ class RankStats:
     kept out of virtual time."""
     peak_memory_bytes: int = 0
     """``torch.cuda.max_memory_allocated()`` at exit."""
+    peak_reserved_bytes: int = 0
+    """``torch.cuda.max_memory_reserved()`` at exit (what the caching allocator held at most:
+    the memory a job needs on the GPU, less the CUDA context)."""
 
 
 @dataclass(frozen=True, slots=True)

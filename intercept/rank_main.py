@@ -31,6 +31,7 @@ from types import TracebackType
 
 from intercept.client import CoordinatorClient
 from intercept.clock import VirtualClock, patched_time
+from intercept.host_speed import host_speed_for
 from intercept.runtime import KernelCostModel, RankRuntime
 from phantora.cluster.catalogue import GpuSpec
 from phantora.compute.model import KernelCost
@@ -62,6 +63,9 @@ class LaunchSpec:
     run_id: str
     rank_fds: dict[int, int] = field(default_factory=dict)
     """Rank -> the fd of its end of the coordinator connection (inherited by the fork server)."""
+    host_cpu: str | None = None
+    """Reference host whose CPU speed the script's CPU time is scaled to
+    (``intercept.host_speed``); ``None`` or ``"native"`` counts it as measured here."""
 
     def log_path(self, rank: int) -> Path:
         return self.out_dir / "ranks" / f"rank{rank}.log"
@@ -140,7 +144,9 @@ def _run(spec: LaunchSpec, rank: int, kernel_cost: KernelCostModel) -> int:
     sys.path[0] = str(script.parent)  # was "" (the fork server runs with -c), as python script.py
     atexit._clear()  # the fork server's handlers are not the script's
 
-    clock = VirtualClock(epoch_ns=spec.epoch_ns, op_cost_ns=spec.op_cost_ns)
+    # Measured before the clock starts: the benchmark's CPU time is not the script's.
+    cpu_scale = host_speed_for(spec.host_cpu)
+    clock = VirtualClock(epoch_ns=spec.epoch_ns, op_cost_ns=spec.op_cost_ns, cpu_scale=cpu_scale)
     client = CoordinatorClient(Connection(spec.rank_fds[rank]), clock)
     runtime = RankRuntime(rank=rank, world_size=spec.world_size,
                           local_rank=rank % spec.ranks_per_host,
@@ -154,17 +160,19 @@ def _run(spec: LaunchSpec, rank: int, kernel_cost: KernelCostModel) -> int:
             if not thread.daemon and thread is not threading.current_thread():
                 thread.join()
         atexit._run_exitfuncs()
-    runtime.finish(status, trace, _peak_memory_bytes(spec, runtime.local_rank))
+    runtime.finish(status, trace, *_peak_memory_bytes(spec, runtime.local_rank))
     return status
 
 
-def _peak_memory_bytes(spec: LaunchSpec, device: int) -> int:
-    """``torch.cuda.max_memory_allocated`` of the rank's GPU (since the script's last reset)."""
+def _peak_memory_bytes(spec: LaunchSpec, device: int) -> tuple[int, int]:
+    """``torch.cuda.max_memory_allocated`` and ``max_memory_reserved`` of the rank's GPU (since
+    the script's last reset)."""
     if not spec.fake_device:
-        return 0
+        return 0, 0
     import torch
 
-    return int(torch.cuda.max_memory_allocated(device))
+    return (int(torch.cuda.max_memory_allocated(device)),
+            int(torch.cuda.max_memory_reserved(device)))
 
 
 def _enter_and_run(spec: LaunchSpec, script: str) -> None:

@@ -142,12 +142,13 @@ class RankRuntime:
             self._client.flush()
             return done
 
-    def finish(self, status: int, traceback: str = "", peak_memory_bytes: int = 0) -> None:
+    def finish(self, status: int, traceback: str = "", peak_memory_bytes: int = 0,
+               peak_reserved_bytes: int = 0) -> None:
         """Send the last ops and the :class:`~intercept.protocol.Exit` with the rank's own
         measurements; nothing may follow."""
         script_ns, simulator_ns = self.clock.cpu_split_ns()
-        self._client.close(Exit(status, traceback,
-                                RankStats(script_ns, simulator_ns, peak_memory_bytes)))
+        self._client.close(Exit(status, traceback, RankStats(
+            script_ns, simulator_ns, peak_memory_bytes, peak_reserved_bytes)))
 
     def _launch(self) -> None:
         """A launch's CPU side: the modelled overhead (plus the op's fixed reproducible cost)."""

@@ -137,6 +137,13 @@ class RankResult:
     simulator_cpu_ns: int = 0
     """CPU time the rank spent inside the simulator, kept out of its virtual time."""
     peak_memory_bytes: int = 0
+    """``torch.cuda.max_memory_allocated`` at the end (the simulated caching allocator)."""
+    peak_reserved_bytes: int = 0
+    """``torch.cuda.max_memory_reserved`` at the end."""
+    overlap_slowed_kernels: int = 0
+    """Kernels stretched because a collective ran on the GPU at the same time."""
+    overlap_extra_ns: int = 0
+    """GPU time those stretches added (``phantora.engine.overlap``)."""
 
 
 @dataclass
@@ -505,7 +512,8 @@ class LiveEngine:
         ranks = [RankResult(rank.rank, rank.gpu, rank.promise_ns, rank.device.gpu_end_ns,
                             rank.blocked_ns, rank.device.kernels, rank.collectives,
                             rank.stats.script_cpu_ns, rank.stats.simulator_cpu_ns,
-                            rank.stats.peak_memory_bytes)
+                            rank.stats.peak_memory_bytes, rank.stats.peak_reserved_bytes,
+                            rank.device.slowed_kernels, rank.device.overlap_extra_ns)
                  for rank in self._ranks]
         kernels = sorted((span for rank in self._ranks for span in rank.device.spans),
                          key=lambda s: (s.rank, s.stream, s.start_ns, s.end_ns, s.name))

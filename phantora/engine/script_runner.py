@@ -40,7 +40,8 @@ def run_script(workload: ScriptWorkload, simulation: SimulationConfig, topology:
                         gpus_per_host=topology.gpus_per_host,
                         epoch_ns=REPRODUCIBLE_EPOCH_NS if simulation.reproducible else None,
                         op_cost_ns=simulation.cpu_time_per_op_ns if simulation.reproducible
-                        else None)
+                        else None,
+                        host_cpu=None if simulation.reproducible else simulation.host_cpu)
     stop_echo = threading.Event()
     with launcher:
         tail = launcher.tail(0)

@@ -32,12 +32,13 @@ def ranks_table(ranks: list[RankResult], title: str) -> Table:
     """Per live rank: where its clock ended, its GPU's last work, time blocked on the GPU."""
     table = Table(title=title)
     for name in ("rank", "GPU", "clock (ms)", "GPU busy until (ms)", "blocked (ms)", "kernels",
-                 "collectives", "peak memory (GiB)"):
+                 "collectives", "peak alloc (GiB)", "peak reserved (GiB)"):
         table.add_column(name, justify="right")
     for r in ranks:
         table.add_row(str(r.rank), str(r.gpu), f"{r.clock_ns / 1e6:.3f}",
                       f"{r.gpu_end_ns / 1e6:.3f}", f"{r.blocked_ns / 1e6:.3f}", str(r.kernels),
-                      str(r.collectives), f"{r.peak_memory_bytes / 2**30:.3f}")
+                      str(r.collectives), f"{r.peak_memory_bytes / 2**30:.3f}",
+                      f"{r.peak_reserved_bytes / 2**30:.3f}")
     return table
 
 

@@ -148,6 +148,9 @@ class SimulationConfig(_Resolved):
     reproducible: bool
     cpu_time_per_op_ns: int
     """Only used when ``reproducible``."""
+    host_cpu: str
+    """Reference host (``intercept/data/host_speed.json``) whose CPU speed the script's host
+    time is scaled to, or ``"native"``; only used when not ``reproducible``."""
 
 
 Workload = Annotated[CollectivesWorkload | ScriptWorkload, Field(discriminator="kind")]

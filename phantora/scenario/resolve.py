@@ -12,6 +12,7 @@ from math import ceil
 from pathlib import Path
 from typing import TypeVar
 
+from intercept import host_speed
 from phantora.cluster.catalogue import GpuSpec, lookup_gpu
 from phantora.cluster.topology import uplinks_for
 from phantora.scenario.messages import Problem, join_words, scenario_error
@@ -75,7 +76,9 @@ def resolve_scenario(spec: ScenarioSpec, source: str) -> Scenario:
                     cluster=cluster, nccl=nccl, workload=workload,
                     simulation=SimulationConfig(
                         reproducible=spec.simulation.reproducible,
-                        cpu_time_per_op_ns=spec.simulation.cpu_time_per_op))
+                        cpu_time_per_op_ns=spec.simulation.cpu_time_per_op,
+                        host_cpu=_given(spec.simulation.host_cpu,
+                                        host_speed.references().for_gpu(gpu.name).name)))
 
 
 def _given(value: T | None, default: T) -> T:

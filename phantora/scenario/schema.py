@@ -22,6 +22,7 @@ from pydantic import (
     Tag,
 )
 
+from intercept.host_speed import host_cpu_choices
 from phantora.cluster.catalogue import CATALOGUE
 from phantora.scenario.messages import expected_one_of
 from phantora.scenario.model import (
@@ -110,6 +111,12 @@ def _lower(value: object) -> object:
 def _catalogue_gpu(name: str) -> str:
     if name not in CATALOGUE:
         raise ValueError(expected_one_of(name, sorted(CATALOGUE)))
+    return name
+
+
+def _host_cpu(name: str) -> str:
+    if name not in host_cpu_choices():
+        raise ValueError(expected_one_of(name, host_cpu_choices()))
     return name
 
 
@@ -294,6 +301,12 @@ class SimulationSpec(_Section):
     cpu_time_per_op: Duration = DEFAULT_CPU_TIME_PER_OP_NS
     """Reproducible mode's CPU cost of one intercepted op (the script's Python and PyTorch
     overhead around it), on top of the kernel launch overhead; default 10us."""
+    host_cpu: Annotated[str, Choice, AfterValidator(_host_cpu)] | None = None
+    """Whose CPU speed the script's own host time is counted at: a reference GPU host measured
+    on the benchmark of intercept/host_speed.py (h100-host, h200-host, ...), into whose time
+    this machine's CPU time is converted, or native (this machine's CPU time as measured:
+    results then depend on its speed and load). Default the reference host of cluster.gpu,
+    else the H100's. Not used when reproducible."""
 
 
 class ScenarioSpec(_Section):
@@ -310,4 +323,4 @@ class ScenarioSpec(_Section):
     workload: WorkloadSpec
     """What to run: workload.collectives (a sweep) or workload.script (a training script)."""
     simulation: SimulationSpec = SimulationSpec()
-    """Timing of live scripts: reproducible, cpu_time_per_op."""
+    """Timing of live scripts: reproducible, cpu_time_per_op, host_cpu."""
