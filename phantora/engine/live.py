@@ -55,6 +55,7 @@ from phantora.compute import Coverage
 from phantora.engine.dag_runner import FOREVER_NS, DagDone, FlowScheduler
 from phantora.engine.deadlock import deadlock_report
 from phantora.engine.matching import Matcher, PendingCollective
+from phantora.engine.overlap import MEASURED_OVERLAP, OverlapModel
 from phantora.engine.streams import Completion, KernelSpan, RankDevice
 from phantora.errors import DeadlockError, RankCrashed, SimulationError
 from phantora.network.base import GpuId, NetworkBackend, NetworkStats
@@ -221,10 +222,12 @@ class LiveEngine:
     def __init__(self, topology: Topology, system: SystemInfo, nccl: NcclConfig,
                  backend: NetworkBackend, connections: Mapping[int, Connection],
                  gpus_of_rank: Sequence[GpuId], *, calibration: Calibration = DEFAULT_CALIBRATION,
-                 coverage: Coverage | None = None, record_flows: bool = False) -> None:
+                 coverage: Coverage | None = None, record_flows: bool = False,
+                 overlap: OverlapModel | None = MEASURED_OVERLAP) -> None:
         """``connections[rank]`` is the coordinator's end of each rank's pipe;
         ``gpus_of_rank[rank]`` the global GPU the rank drives; ``coverage`` (if given)
-        accumulates every kernel's cost source."""
+        accumulates every kernel's cost source; ``overlap`` how collectives in flight slow a
+        GPU's kernels (``None``: not at all)."""
         world = len(gpus_of_rank)
         if sorted(connections) != list(range(world)):
             raise SimulationError(f"connections are for ranks {sorted(connections)}, but "
@@ -242,7 +245,8 @@ class LiveEngine:
         self._matcher = Matcher(self._start_collective)
         self._scheduler = FlowScheduler(backend, record_flows=record_flows)
         self._ranks = [_Rank(rank, self._gpus[rank], connections[rank],
-                             RankDevice(rank, self._matcher.issue)) for rank in range(world)]
+                             RankDevice(rank, self._matcher.issue, overlap))
+                       for rank in range(world)]
         self._by_conn = {rank.conn: rank for rank in self._ranks}
         self._running: dict[int, tuple[PendingCollective, FlowDag]] = {}
         self._plans: dict[CollectiveRequest, FlowDag] = {}

@@ -16,6 +16,7 @@ from phantora.cluster.topology import Topology
 from phantora.collectives import NcclConfig, SystemInfo
 from phantora.compute import Coverage
 from phantora.engine.live import LiveEngine, LiveResult
+from phantora.engine.overlap import MEASURED_OVERLAP
 from phantora.network.base import NetworkBackend
 from phantora.scenario import ScriptWorkload, SimulationConfig
 
@@ -52,7 +53,8 @@ def run_script(workload: ScriptWorkload, simulation: SimulationConfig, topology:
             engine = LiveEngine(topology, SystemInfo.from_topology(topology, gpu), nccl, backend,
                                 dict(enumerate(launcher.connections)),
                                 gpus_of_ranks(workload, topology.gpus_per_host),
-                                coverage=coverage)
+                                coverage=coverage,
+                                overlap=MEASURED_OVERLAP if simulation.overlap_slowdown else None)
             result = engine.run()
         finally:
             stop_echo.set()

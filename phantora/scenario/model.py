@@ -151,6 +151,8 @@ class SimulationConfig(_Resolved):
     host_cpu: str
     """Reference host (``intercept/data/host_speed.json``) whose CPU speed the script's host
     time is scaled to, or ``"native"``; only used when not ``reproducible``."""
+    overlap_slowdown: bool
+    """Whether collectives in flight slow the kernels running beside them."""
 
 
 Workload = Annotated[CollectivesWorkload | ScriptWorkload, Field(discriminator="kind")]

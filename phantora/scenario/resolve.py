@@ -78,7 +78,8 @@ def resolve_scenario(spec: ScenarioSpec, source: str) -> Scenario:
                         reproducible=spec.simulation.reproducible,
                         cpu_time_per_op_ns=spec.simulation.cpu_time_per_op,
                         host_cpu=_given(spec.simulation.host_cpu,
-                                        host_speed.references().for_gpu(gpu.name).name)))
+                                        host_speed.references().for_gpu(gpu.name).name),
+                        overlap_slowdown=spec.simulation.overlap_slowdown))
 
 
 def _given(value: T | None, default: T) -> T:

@@ -307,6 +307,10 @@ class SimulationSpec(_Section):
     this machine's CPU time is converted, or native (this machine's CPU time as measured:
     results then depend on its speed and load). Default the reference host of cluster.gpu,
     else the H100's. Not used when reproducible."""
+    overlap_slowdown: bool = True
+    """Slow kernels that run while a collective is in flight on the same GPU (NCCL's channels
+    take SMs and memory bandwidth) by the factors measured on 2xH200
+    (phantora/engine/overlap.py); false: kernels run as if alone."""
 
 
 class ScenarioSpec(_Section):
@@ -323,4 +327,4 @@ class ScenarioSpec(_Section):
     workload: WorkloadSpec
     """What to run: workload.collectives (a sweep) or workload.script (a training script)."""
     simulation: SimulationSpec = SimulationSpec()
-    """Timing of live scripts: reproducible, cpu_time_per_op, host_cpu."""
+    """Timing of live scripts: reproducible, cpu_time_per_op, host_cpu, overlap_slowdown."""

@@ -595,3 +595,11 @@ def test_sizes_overflowing_a_float_are_a_scenario_error_not_a_crash() -> None:
         parse_scenario(scenario({"gpu": "h100"}, {"collectives": {"ops": ["all_reduce"],
                                                                   "sizes": ["1e400"]}}),
                        "scenarios/x.yaml")
+
+
+def test_the_overlap_slowdown_is_on_unless_switched_off() -> None:
+    assert parse_scenario(scenario({"gpu": "h100"}), SOURCE).simulation.overlap_slowdown
+    off = scenario({"gpu": "h100"}, simulation={"overlap_slowdown": False})
+    assert not parse_scenario(off, SOURCE).simulation.overlap_slowdown
+    assert "simulation.overlap_slowdown" in only_problem(
+        scenario({"gpu": "h100"}, simulation={"overlap_slowdown": "sometimes"}))
