@@ -7,21 +7,31 @@ NCCL's tuner picked, read back from its ``NCCL_DEBUG=INFO`` log. Forced ``NCCL_A
 
 Usages (run from the repository root; ``PYTHONPATH=.`` where phantora is not pip-installed):
 
- 1. Full sweep on every visible GPU, default sizes 64KiB..1GiB x2, plus the forced variants:
+ 1. Full sweep on every visible GPU, default sizes 64KiB..1GiB x2 (..4GiB on >= 4 GPUs), plus
+    the forced variants:
       python3 scripts/measure_collectives.py --out /tmp/coll
+ 1b. The same into a folder named after the machine (h200x8 on eight H200s), ending within
+    240 s, NCCL's logs packed into logs.tar.gz (what a device run sends back, <= 8 files):
+      python3 scripts/measure_collectives.py --out "$OUT/collectives/{machine}" \
+          --budget-s 240 --tar-logs
  2. Two ops, coarser sizes, no forced variants:
       python3 scripts/measure_collectives.py --out /tmp/coll --ops all_reduce,all_gather \\
           --step-factor 4 --variants default
  3. Show the plan without touching a GPU:
-      python3 scripts/measure_collectives.py --out /tmp/coll --ngpus 2 --dry-run
+      python3 scripts/measure_collectives.py --out /tmp/coll/{machine} --machine h200x8 --dry-run
  4. Print a stored table, re-reading NCCL's choices from the raw logs (a directory, or a
     .tar.gz of the ``logs/`` directory as the device run sent it back):
       python3 scripts/measure_collectives.py \\
           --import-result scripts/data/collectives/h200x2/results.csv \\
           --log-dir scripts/data/collectives/h200x2/logs.tar.gz
 
-Output of a run under ``--out DIR``: ``results.csv`` (one row per variant, op and size),
-``system.txt`` (GPU, driver, NVLink topology, versions) and ``logs/nccl_<variant>_rank<r>.log``.
+Output of a run under ``--out DIR`` (``{machine}`` in DIR becomes ``<gpu>x<count>``, e.g.
+``h200x8``, from the GPU name and the process count): ``results.csv`` (one row per variant, op
+and size; rewritten after each variant, so a cut-off run keeps what it finished),
+``system.txt`` (GPU, driver, NVLink topology, versions), ``stdout.log`` (what the run printed)
+and ``logs/nccl_<variant>_rank<r>.log`` (``logs.tar.gz`` with ``--tar-logs``). One process per
+GPU: ``--ngpus``, by default every visible GPU. With ``--budget-s`` no variant starts after that
+many seconds and one still running then is stopped (the default variant runs first).
 
 Timing: after ``--warmup`` calls, ``--iters`` back-to-back calls are bracketed by CUDA events
 on the caller's stream, ``--repeats`` times; a rank's time is the median of the repeats'
@@ -50,15 +60,19 @@ import statistics
 import subprocess
 import sys
 import tarfile
+import time
 import traceback
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from multiprocessing.queues import Queue
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from phantora.units import format_bytes, parse_bytes
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from measure_steps import machine_gpus, machine_name  # scripts/ is no package
 
 if TYPE_CHECKING:
     import torch
@@ -84,6 +98,10 @@ PER_RANK_COUNT_OPS = frozenset({"all_gather", "reduce_scatter", "all_to_all"})
 FORCED_ALGOS = ("Ring", "Tree")
 FORCED_PROTOS = ("Simple", "LL", "LL128")
 DEFAULT_FORCED_SIZES = "64KiB,1MiB,16MiB,256MiB,1GiB"
+DEFAULT_MAX_BYTES = "1GiB"
+DEFAULT_MAX_BYTES_MANY_GPUS = "4GiB"
+"""Largest size from this many GPUs on (issue 5: 64 KiB..4 GiB at 4 and 8 GPUs)."""
+MANY_GPUS = 4
 DEFAULT_DEBUG_SUBSYS = "INIT,ENV,TUNING,GRAPH"
 BF16_BYTES = 2
 
@@ -94,6 +112,11 @@ _TUNING_LINE = re.compile(
 
 
 # --- pure helpers (no torch) ------------------------------------------------------------------
+
+
+def default_max_bytes(ngpus: int | None) -> str:
+    """``--max-bytes`` when not given: 4 GiB from ``MANY_GPUS`` GPUs on, else 1 GiB."""
+    return DEFAULT_MAX_BYTES_MANY_GPUS if (ngpus or 0) >= MANY_GPUS else DEFAULT_MAX_BYTES
 
 
 def size_ladder(min_bytes: int, max_bytes: int, factor: int) -> list[int]:
@@ -353,7 +376,7 @@ class WorkerArgs:
     timing: TimingSpec
     log_path: Path
     log_spec: NcclLogSpec
-    timeout_s: int
+    timeout_s: float
 
 
 def _buffers(op: str, nbytes: int, ngpus: int,
@@ -473,12 +496,15 @@ def _free_port() -> int:
 
 
 def run_variant(variant: Variant, ngpus: int, timing: TimingSpec, log_dir: Path,
-                log_spec: NcclLogSpec, timeout_s: int) -> dict[tuple[str, int], list[float]]:
+                log_spec: NcclLogSpec, timeout_s: float,
+                wait_s: float | None = None) -> dict[tuple[str, int], list[float]]:
     """Spawn one process per GPU for ``variant``; per (op, bytes), each rank's time in us.
 
     Raises RuntimeError with the failing rank's traceback, or when the ranks outlive
-    ``timeout_s`` (their processes are killed first).
+    ``wait_s`` (default ``timeout_s``, which is also the process group's timeout); their
+    processes are killed first.
     """
+    wait_s = timeout_s if wait_s is None else wait_s
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
     port = _free_port()
@@ -493,17 +519,25 @@ def run_variant(variant: Variant, ngpus: int, timing: TimingSpec, log_dir: Path,
     for proc in procs:
         proc.start()
     per_rank: dict[int, dict[tuple[str, int], float]] = {}
+    deadline = time.monotonic() + wait_s
+    failed = True
     try:
         for _ in range(ngpus):
-            status, rank, payload = results.get(timeout=timeout_s)
+            try:
+                status, rank, payload = results.get(
+                    timeout=max(deadline - time.monotonic(), 0.1))
+            except queue_module.Empty:
+                raise RuntimeError(f"variant {variant.name}: no result within {wait_s:.0f} s"
+                                   ) from None
             if status != "ok":
                 raise RuntimeError(f"variant {variant.name}: rank {rank} failed:\n{payload}")
             per_rank[rank] = payload
-    except queue_module.Empty:
-        raise RuntimeError(f"variant {variant.name}: no result within {timeout_s} s") from None
+        failed = False
     finally:
+        # A failed rank leaves the others waiting in NCCL: end them all at once.
+        join_s = 30.0 if not failed else 0.0
         for proc in procs:
-            proc.join(timeout=30)
+            proc.join(timeout=join_s)
             if proc.is_alive():
                 proc.kill()
                 proc.join()
@@ -554,9 +588,12 @@ def system_report() -> dict[str, str]:
 _HEADLINE_KEYS = ("date (UTC)", "git", "gpus (torch)", "torch", "nccl (torch.cuda.nccl.version)")
 
 
-def describe_plan(variants: Sequence[Variant], ngpus: int | None, timing: TimingSpec) -> str:
+def describe_plan(variants: Sequence[Variant], ngpus: int | None, timing: TimingSpec,
+                  out_dir: Path | None = None) -> str:
     """Human-readable plan, printed before a run and by ``--dry-run``."""
     lines = [f"GPUs: {ngpus if ngpus else 'all visible'}; timing: {timing}"]
+    if out_dir is not None:
+        lines.append(f"output: {out_dir}")
     for variant in variants:
         sizes = ", ".join(format_bytes(n) for n in variant.sizes_bytes)
         env = variant.env or "NCCL defaults"
@@ -564,13 +601,15 @@ def describe_plan(variants: Sequence[Variant], ngpus: int | None, timing: Timing
     return "\n".join(lines)
 
 
-def build_plan(args: argparse.Namespace) -> list[Variant]:
-    """Default variant: every requested op over the size ladder; forced: all_reduce only."""
+def build_plan(args: argparse.Namespace, ngpus: int | None = None) -> list[Variant]:
+    """Default variant: every requested op over the size ladder; forced: all_reduce only.
+    ``args.max_bytes`` None: ``default_max_bytes(ngpus)``."""
     ops = tuple(op.strip() for op in args.ops.split(","))
     unknown = [op for op in ops if op not in OPS]
     if unknown:
         raise ValueError(f"unknown op(s) {unknown}; expected some of {OPS}")
-    ladder = tuple(size_ladder(parse_bytes(args.min_bytes), parse_bytes(args.max_bytes),
+    max_bytes = args.max_bytes or default_max_bytes(ngpus)
+    ladder = tuple(size_ladder(parse_bytes(args.min_bytes), parse_bytes(max_bytes),
                                args.step_factor))
     forced_sizes = tuple(parse_bytes(s) for s in args.forced_sizes.split(","))
     return [
@@ -588,11 +627,12 @@ def _check_divisible(plan: Sequence[Variant], ngpus: int) -> None:
 
 
 def run(plan: Sequence[Variant], ngpus: int, timing: TimingSpec, out_dir: Path,
-        log_spec: NcclLogSpec, timeout_s: int) -> list[ResultRow]:
-    """Measure every variant; a failed variant is reported and skipped, not fatal."""
-    import torch
-
-    gpu = torch.cuda.get_device_name(0)
+        log_spec: NcclLogSpec, timeout_s: float, gpu: str,
+        budget_s: float | None = None) -> list[ResultRow]:
+    """Measure every variant; a failed variant is reported and skipped, not fatal. After each
+    variant results.csv is rewritten (choices read from the logs so far). With ``budget_s``,
+    no variant starts later than that and a running one is stopped at it."""
+    started_s = time.monotonic()
     log_dir = out_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     report = system_report()
@@ -601,15 +641,61 @@ def run(plan: Sequence[Variant], ngpus: int, timing: TimingSpec, out_dir: Path,
     print(" | ".join(f"{key}: {report[key]}" for key in _HEADLINE_KEYS), flush=True)
     rows: list[ResultRow] = []
     for variant in plan:
+        left_s = timeout_s
+        if budget_s is not None:
+            left_s = min(timeout_s, budget_s - (time.monotonic() - started_s))
+            if left_s < 1.0:
+                print(f"!! variant {variant.name} skipped: budget of {budget_s:.0f} s spent",
+                      flush=True)
+                continue
         print(f"-- variant {variant.name}", flush=True)
+        variant_start_s = time.monotonic()
         try:
-            times = run_variant(variant, ngpus, timing, log_dir, log_spec, timeout_s)
+            times = run_variant(variant, ngpus, timing, log_dir, log_spec, timeout_s, left_s)
         except RuntimeError as exc:
             print(f"!! {exc}", flush=True)
             continue
+        finally:
+            print(f"   {time.monotonic() - variant_start_s:.1f} s", flush=True)
         rows.extend(make_row(gpu, ngpus, variant.name, op, nbytes, rank_times)
                     for (op, nbytes), rank_times in times.items())
+        annotate_rows(rows, log_dir)
+        write_csv(rows, out_dir / "results.csv")
     return rows
+
+
+def pack_logs(out_dir: Path) -> Path:
+    """``out_dir/logs/`` -> ``out_dir/logs.tar.gz`` (members ``logs/...``, as
+    ``read_rank0_logs`` reads them); the folder is removed."""
+    log_dir = out_dir / "logs"
+    archive = out_dir / "logs.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(log_dir, arcname="logs")
+    for path in sorted(log_dir.iterdir()):
+        path.unlink()
+    log_dir.rmdir()
+    return archive
+
+
+class _Tee:
+    """Write to the console and to a file at once (the run's ``stdout.log``)."""
+
+    def __init__(self, console: TextIO, path: Path) -> None:
+        self.console = console
+        self.file = path.open("a")
+
+    def write(self, text: str) -> int:
+        self.file.write(text)
+        return self.console.write(text)
+
+    def flush(self) -> None:
+        self.file.flush()
+        self.console.flush()
+
+
+def resolve_out(out: Path, machine: str) -> Path:
+    """``--out`` with ``{machine}`` replaced."""
+    return Path(str(out).replace("{machine}", machine))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -623,14 +709,25 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "(a directory or a .tar.gz of logs/)")
     parser.add_argument("--ops", default=",".join(OPS), help="comma-separated, from %(default)s")
     parser.add_argument("--min-bytes", default="64KiB")
-    parser.add_argument("--max-bytes", default="1GiB")
+    parser.add_argument("--max-bytes",
+                        help=f"default: {DEFAULT_MAX_BYTES}, {DEFAULT_MAX_BYTES_MANY_GPUS} on "
+                             f">= {MANY_GPUS} GPUs")
     parser.add_argument("--step-factor", type=int, default=2)
     parser.add_argument("--variants", default="all",
                         help="'all', or comma-separated 'default' and ALGO/PROTO from "
                              f"{FORCED_ALGOS} x {FORCED_PROTOS}")
     parser.add_argument("--forced-sizes", default=DEFAULT_FORCED_SIZES,
                         help="all_reduce sizes for the forced variants")
-    parser.add_argument("--ngpus", type=int, help="default: every visible GPU")
+    parser.add_argument("--ngpus", type=int,
+                        help="processes, one per GPU; default: every visible GPU (with "
+                             "--dry-run and no GPU: the count in --machine)")
+    parser.add_argument("--machine",
+                        help="name for '{machine}' in --out; default: <gpu>x<ngpus> from the "
+                             "GPU's name, e.g. h200x8")
+    parser.add_argument("--budget-s", type=float,
+                        help="start no variant after this many seconds, stop one running then")
+    parser.add_argument("--tar-logs", action="store_true",
+                        help="pack logs/ into logs.tar.gz at the end (fewer files to send back)")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=5)
@@ -640,7 +737,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="NCCL_DEBUG_SUBSYS for the logs")
     parser.add_argument("--nccl-debug", default="INFO", choices=("INFO", "WARN"),
                         help="NCCL_DEBUG; WARN records no choices but no per-call log write")
-    parser.add_argument("--timeout-s", type=int, default=300,
+    parser.add_argument("--timeout-s", type=float, default=300,
                         help="per variant; ranks still running after it are killed")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     args = parser.parse_args(argv)
@@ -658,32 +755,66 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.out is None:
         parser.error("--out is required unless --import-result is given")
 
+    os.environ.update(SAFETY_ENV)  # before torch initialises CUDA in this process
+    visible, gpu = visible_gpus()
+    ngpus = args.ngpus or visible or (machine_gpus(args.machine) if args.machine else None)
+    machine = args.machine or (machine_name(gpu, ngpus) if gpu and ngpus else None)
+    if args.machine and ngpus and machine_gpus(args.machine) not in (None, ngpus):
+        parser.error(f"--machine {args.machine} says {machine_gpus(args.machine)} GPUs, "
+                     f"the run would use {ngpus}")
+    out_dir = resolve_out(args.out, machine) if machine else args.out
+    if "{machine}" in str(out_dir) and not args.dry_run:
+        parser.error("no GPU to name the machine after: give --machine")
     try:
-        plan = build_plan(args)
+        plan = build_plan(args, ngpus)
     except ValueError as exc:
         parser.error(str(exc))
     timing = TimingSpec(args.warmup, args.iters, args.repeats, args.prefill_us)
-    print(describe_plan(plan, args.ngpus, timing), flush=True)
+    plan_text = describe_plan(plan, ngpus, timing, out_dir)
+    print(plan_text, flush=True)
     if args.dry_run:
+        if ngpus:
+            try:
+                _check_divisible(plan, ngpus)
+            except ValueError as exc:
+                parser.error(str(exc))
         return 0
 
-    import torch
-
-    ngpus = args.ngpus or torch.cuda.device_count()
-    if ngpus < 2:
-        parser.error(f"need at least 2 GPUs, found {ngpus}")
+    if ngpus is None or ngpus < 2 or ngpus > visible:
+        parser.error(f"need 2 to {visible} GPUs (the visible ones), asked for {ngpus}")
     try:
         _check_divisible(plan, ngpus)
     except ValueError as exc:
         parser.error(str(exc))
-    os.environ.update(SAFETY_ENV)
-    log_spec = NcclLogSpec(args.nccl_debug, args.debug_subsys)
-    rows = run(plan, ngpus, timing, args.out, log_spec, args.timeout_s)
-    for warning in annotate_rows(rows, args.out / "logs"):
-        print(f"warning: {warning}")
-    write_csv(rows, args.out / "results.csv")
-    print(format_table(rows))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    console = sys.stdout
+    tee = _Tee(console, out_dir / "stdout.log")
+    sys.stdout = tee  # type: ignore[assignment]
+    try:
+        tee.file.write(plan_text + "\n")
+        log_spec = NcclLogSpec(args.nccl_debug, args.debug_subsys)
+        rows = run(plan, ngpus, timing, out_dir, log_spec, args.timeout_s, gpu or "unknown",
+                   args.budget_s)
+        for warning in annotate_rows(rows, out_dir / "logs"):
+            print(f"warning: {warning}")
+        write_csv(rows, out_dir / "results.csv")
+        print(format_table(rows))
+        if args.tar_logs:
+            print(f"logs packed into {pack_logs(out_dir)}")
+    finally:
+        tee.file.close()
+        sys.stdout = console
     return 0
+
+
+def visible_gpus() -> tuple[int, str | None]:
+    """(count, name of GPU 0) of the GPUs torch sees; (0, None) without CUDA or torch."""
+    try:
+        import torch
+    except ImportError:
+        return 0, None
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return count, (torch.cuda.get_device_name(0) if count else None)
 
 
 if __name__ == "__main__":

@@ -6,13 +6,27 @@ Two verbs, so that the device machine only runs and this machine only summarises
   python3 scripts/measure_steps.py run --machine h100x1 --suites single,llama --out "$OUT"
   python3 scripts/measure_steps.py run --machine h200x2 --suites single,dist,dist-more \
       --out "$OUT"
+  # every visible GPU, machine named from them (h200x8 on eight H200s), at most 300 s:
+  python3 scripts/measure_steps.py run --suites dist,dist-more --budget-s 300 \
+      --out "$OUT/steps/{machine}"
+
+  # anywhere: what a machine would run, without running it
+  python3 scripts/measure_steps.py run --machine h200x8 --suites dist,dist-more --out /tmp/s \
+      --dry-run
 
   # anywhere: a markdown table (median step ms over steps 3..N, peak memory) from the logs
   python3 scripts/measure_steps.py summarize scripts/data/steps
 
+The distributed suites run ``torchrun --nproc_per_node N`` with N = ``--nproc``, by default the
+GPU count of ``--machine`` (``h200x8`` -> 8), or every visible GPU. Tensor parallelism splits
+the attention heads N ways: GPT-2 124M (12 heads) runs at 2 and 4, GPT-2 350M (16 heads) at 2,
+4 and 8 (``tp_model``); the CI scenarios' runs keep their YAML's process count and run only
+where it is N.
+
 Each run is appended to ``<out>/<machine>_<script>.log`` between ``=== RUN name: command`` and
-``=== EXIT name: rc`` lines; the CI scenarios' runs take their arguments from the scenario YAML
-so the measurement follows the scenario if it changes. Runs named ``profile-*`` (suite
+``=== EXIT name: rc`` lines (then ``=== WALL name: seconds``; a run left out because
+``--budget-s`` was spent gets ``=== SKIP name: reason`` instead); the CI scenarios' runs take
+their arguments from the scenario YAML so the measurement follows the scenario if it changes. Runs named ``profile-*`` (suite
 ``profile``) run a script under ``torch.profiler`` (verb ``profile-script``) and append its
 kernel-time table: they say which kernels a step launches, their times are not step times.
 """
@@ -23,6 +37,7 @@ import argparse
 import os
 import re
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
@@ -44,6 +59,13 @@ LLAMA_SEQ_2048 = ["--seq-len", "2048", "--steps", "10", "--num-workers", "0"]
 PROFILE_PREFIX = "profile-"
 RUN_TIMEOUT_S = 150
 FIRST_MEASURED_STEP = 3
+DEFAULT_DIST_NPROC = 2
+"""Process count of the distributed suites where neither ``--nproc`` nor the machine says."""
+KILL_GRACE_S = 10
+"""After a run's timeout: seconds between SIGTERM and SIGKILL to its whole process group."""
+MACHINE_RE = re.compile(r"^(?P<gpu>[a-z]+\d+)x(?P<gpus>\d+)$")
+"""A machine name as the data folders use it: ``<gpu>x<count>``, e.g. ``h200x8``."""
+_GPU_MODEL_RE = re.compile(r"\b([A-Za-z]+\d+)")
 
 RUN_RE = re.compile(r"^=== RUN (\S+): (.*)$")
 EXIT_RE = re.compile(r"^=== EXIT (\S+): (-?\d+)$")
@@ -71,6 +93,35 @@ class Run:
                 "--nproc_per_node", str(self.nproc), path, *self.args]
 
 
+def machine_name(gpu_name: str, count: int) -> str:
+    """``("NVIDIA H200", 8)`` -> ``"h200x8"``: the first letters-then-digits word of the
+    device name (``H100 80GB HBM3`` -> ``h100``, ``A100-SXM4-80GB`` -> ``a100``), lower case."""
+    match = _GPU_MODEL_RE.search(gpu_name.replace("NVIDIA", " "))
+    return f"{match.group(1).lower() if match else 'gpu'}x{count}"
+
+
+def machine_gpus(machine: str) -> int | None:
+    """``h200x8`` -> 8; None for a name not of the form ``<gpu>x<count>``."""
+    match = MACHINE_RE.match(machine)
+    return int(match["gpus"]) if match else None
+
+
+def visible_gpu_names() -> list[str]:
+    """Names of the GPUs this process may use (``CUDA_VISIBLE_DEVICES`` respected), read with
+    nvidia-smi so that this process opens no CUDA context; empty where there is none."""
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    names = [line.strip() for line in done.stdout.splitlines() if line.strip()]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and done.returncode == 0:
+        picked = [int(i) for i in visible.split(",") if i.strip().isdigit()]
+        names = [names[i] for i in picked if i < len(names)]
+    return names if done.returncode == 0 else []
+
+
 def scenario_run(scenario: str) -> Run:
     """The run a CI scenario describes, read from its YAML (not copied here)."""
     workload = yaml.safe_load((SCENARIOS / f"{scenario}.yaml").read_text())["workload"]
@@ -79,9 +130,24 @@ def scenario_run(scenario: str) -> Run:
                nproc=int(workload.get("nproc_per_node", 1)))
 
 
-def suite(name: str) -> list[Run]:
-    """Runs of a suite: ``single``, ``llama`` (one GPU), ``dist``, ``dist-more`` (two GPUs,
-    torchrun) or ``profile`` (one GPU, under the profiler)."""
+TP_MODELS = (("gpt2-124m", 12), ("gpt2-350m", 16))
+"""GPT-2 presets the tensor-parallel suite may use and their head counts (``gpt_tp.py``'s plan
+is GPT-2's only)."""
+GPT2_VOCAB, GPT2_SEQ = 50304, 1024
+"""The other sizes ``gpt_tp.py`` splits N ways: vocabulary (padded) and ``--seq-len``."""
+
+
+def tp_model(nproc: int) -> str | None:
+    """The smallest GPT-2 preset whose heads, vocabulary and sequence split ``nproc`` ways;
+    None where none does."""
+    if GPT2_VOCAB % nproc or GPT2_SEQ % nproc:
+        return None
+    return next((model for model, heads in TP_MODELS if heads % nproc == 0), None)
+
+
+def suite(name: str, nproc: int = DEFAULT_DIST_NPROC) -> list[Run]:
+    """Runs of a suite: ``single``, ``llama`` (one GPU), ``dist``, ``dist-more`` (``nproc``
+    GPUs, torchrun) or ``profile`` (one GPU, under the profiler)."""
     if name == "single":
         return [Run("gpt2-124m-b8", "gpt_single.py", (*GPT2_124M, "--batch-size", "8")),
                 Run("gpt2-124m-b16", "gpt_single.py", (*GPT2_124M, "--batch-size", "16")),
@@ -91,9 +157,14 @@ def suite(name: str) -> list[Run]:
     if name == "dist":
         runs = []
         for kind in ("ddp", "fsdp2", "tp"):
-            runs.append(Run(f"{kind}-gpt2-124m-b8", f"gpt_{kind}.py",
-                            (*GPT2_124M, "--batch-size", "8"), nproc=2))
-            runs.append(scenario_run(f"h100x2-gpt-{kind}"))
+            model = tp_model(nproc) if kind == "tp" else "gpt2-124m"
+            if model is not None:
+                runs.append(Run(f"{kind}-{model}-b8", f"gpt_{kind}.py",
+                                ("--model", model, *GPT2_124M[2:], "--batch-size", "8"),
+                                nproc=nproc))
+            ci = scenario_run(f"h100x2-gpt-{kind}")
+            if ci.nproc == nproc:
+                runs.append(ci)
         return runs
     if name == "llama":
         return [Run(f"{model}-b{batch}", "gpt_single.py",
@@ -102,14 +173,20 @@ def suite(name: str) -> list[Run]:
                 for batch in batches]
     if name == "dist-more":
         llama_1b = ("--model", "llama-1b", *LLAMA_SEQ_2048, "--batch-size", "4")
-        runs = [Run(f"{kind}-llama-1b-b4", f"gpt_{kind}.py", llama_1b, nproc=2)
+        runs = [Run(f"{kind}-llama-1b-b4", f"gpt_{kind}.py", llama_1b, nproc=nproc)
                 for kind in ("ddp", "fsdp2")]
         # the TorchTitan anchor's recipe (FSDP2 + selective per-op recompute) at small scale
         runs.append(Run("fsdp2-llama-1b-b4-sac", "gpt_fsdp2.py",
-                        (*llama_1b, "--activation-checkpointing", "selective-op"), nproc=2))
-        return runs + [Run(f"{kind}-gpt2-124m-b16", f"gpt_{kind}.py",
-                           (*GPT2_124M, "--batch-size", "16"), nproc=2)
-                       for kind in ("ddp", "fsdp2")]
+                        (*llama_1b, "--activation-checkpointing", "selective-op"), nproc=nproc))
+        runs += [Run(f"{kind}-gpt2-124m-b16", f"gpt_{kind}.py",
+                     (*GPT2_124M, "--batch-size", "16"), nproc=nproc)
+                 for kind in ("ddp", "fsdp2")]
+        # GPT-2 350M TP where ``dist`` ran 124M: the same model at every GPU count >= 2
+        if tp_model(nproc) == "gpt2-124m" and 16 % nproc == 0:
+            runs.append(Run("tp-gpt2-350m-b8", "gpt_tp.py",
+                            ("--model", "gpt2-350m", *GPT2_124M[2:], "--batch-size", "8"),
+                            nproc=nproc))
+        return runs
     if name == "profile":
         return [Run(f"{PROFILE_PREFIX}llama-1b-b4", "gpt_single.py",
                     ("--model", "llama-1b", *LLAMA_SEQ_2048[:2], "--steps", "4",
@@ -129,23 +206,71 @@ def write_env(out: Path, machine: str) -> None:
             subprocess.run(probe, shell=True, stdout=log, stderr=subprocess.STDOUT, check=False)
 
 
-def execute(runs: list[Run], out: Path, machine: str) -> None:
-    """Run each in turn, appending its whole output to the log of its script."""
+def log_path(out: Path, machine: str, run: Run) -> Path:
+    """``<out>/<machine>_<script stem>.log``: where a run's output is appended."""
+    return out / f"{machine}_{Path(run.script).stem}.log"
+
+
+def run_in_group(command: list[str], log, env: dict[str, str], timeout_s: float) -> int:
+    """Run ``command`` in its own process group; on timeout end the whole group (torchrun's
+    workers too, which would otherwise keep their GPUs) and return 124."""
+    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO,
+                            start_new_session=True)
+    try:
+        return proc.wait(timeout=max(timeout_s, 1.0))
+    except subprocess.TimeoutExpired:
+        for sig, wait_s in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, None)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                proc.wait(timeout=wait_s)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        proc.wait()
+        return 124
+
+
+def execute(runs: list[Run], out: Path, machine: str, budget_s: float | None = None,
+            run_timeout_s: float = RUN_TIMEOUT_S) -> None:
+    """Run each in turn, appending its whole output to the log of its script. With
+    ``budget_s``, no run starts after that many seconds and a run still going then is ended
+    (rc 124): the whole call ends within the budget plus ``KILL_GRACE_S``."""
     env = {**os.environ, **SAFE_ENV}
+    started_s = time.monotonic()
     for run in runs:
-        log_path = out / f"{machine}_{Path(run.script).stem}.log"
         command = run.command()
-        with open(log_path, "a") as log:
+        left_s = (budget_s - (time.monotonic() - started_s)) if budget_s is not None else None
+        with open(log_path(out, machine, run), "a") as log:
+            if left_s is not None and left_s < 1.0:
+                log.write(f"=== SKIP {run.name}: budget of {budget_s:.0f} s spent\n")
+                print(f"{run.name}: skipped, budget of {budget_s:.0f} s spent", flush=True)
+                continue
             log.write(f"=== RUN {run.name}: {shlex.join(command)}\n")
             log.flush()
             start_s = time.monotonic()
-            try:
-                rc = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                    cwd=REPO, timeout=RUN_TIMEOUT_S, check=False).returncode
-            except subprocess.TimeoutExpired:
-                rc = 124
-            log.write(f"=== EXIT {run.name}: {rc}\n")
-            print(f"{run.name}: rc {rc}, {time.monotonic() - start_s:.0f} s wall", flush=True)
+            timeout_s = run_timeout_s if left_s is None else min(run_timeout_s, left_s)
+            rc = run_in_group(command, log, env, timeout_s)
+            wall_s = time.monotonic() - start_s
+            log.write(f"=== EXIT {run.name}: {rc}\n=== WALL {run.name}: {wall_s:.1f} s\n")
+            print(f"{run.name}: rc {rc}, {wall_s:.0f} s wall", flush=True)
+
+
+def plan_runs(suites: str, nproc: int) -> list[Run]:
+    """The runs of the comma-separated ``suites``, distributed ones on ``nproc`` GPUs."""
+    return [r for name in suites.split(",") if name.strip()
+            for r in suite(name.strip(), nproc)]
+
+
+def describe_runs(runs: list[Run], out: Path, machine: str) -> str:
+    """One line per run: its name, process count, log file and command."""
+    lines = [f"machine {machine}: {len(runs)} runs, logs under {out}"]
+    for run in runs:
+        lines.append(f"  {run.name:<28} x{run.nproc}  {log_path(out, machine, run).name:<26} "
+                     f"{shlex.join(run.command())}")
+    return "\n".join(lines)
 
 
 @dataclass
@@ -253,25 +378,57 @@ def summarize(root: Path) -> str:
     return "\n".join(rows)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     verbs = parser.add_subparsers(dest="verb", required=True)
     run = verbs.add_parser("run", help="run suites on this (GPU) machine")
-    run.add_argument("--machine", required=True, help="log-name prefix, e.g. h100x1")
+    run.add_argument("--machine",
+                     help="log-name prefix, e.g. h100x1; default: <gpu>x<count> of the "
+                          "visible GPUs (nvidia-smi), e.g. h200x8")
+    run.add_argument("--nproc", type=int,
+                     help="processes (GPUs) of the distributed suites; default: the count in "
+                          f"--machine, else every visible GPU, else {DEFAULT_DIST_NPROC}")
     run.add_argument("--suites", default="single",
                      help="comma list of: single, llama, dist, dist-more, profile")
-    run.add_argument("--out", type=Path, required=True)
+    run.add_argument("--out", type=Path, required=True,
+                     help="log folder; '{machine}' in it is replaced by the machine name")
+    run.add_argument("--budget-s", type=float,
+                     help="start no run after this many seconds and end one still running")
+    run.add_argument("--run-timeout-s", type=float, default=RUN_TIMEOUT_S,
+                     help="end a single run after this long (rc 124)")
+    run.add_argument("--dry-run", action="store_true",
+                     help="print the runs, their process counts and commands; run nothing")
+    verbs.add_parser("machine", help="print <gpu>x<count> of the visible GPUs")
     summary = verbs.add_parser("summarize", help="table from <root>/<machine>/*.log")
     summary.add_argument("root", type=Path)
     prof = verbs.add_parser("profile-script", help="run one script under torch.profiler")
     prof.add_argument("script", type=Path)
     prof.add_argument("args", nargs=argparse.REMAINDER)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.verb == "run":
-        args.out.mkdir(parents=True, exist_ok=True)
-        write_env(args.out, args.machine)
-        execute([r for name in args.suites.split(",") for r in suite(name)], args.out,
-                args.machine)
+        names = [] if args.machine and args.nproc else visible_gpu_names()
+        machine = args.machine or (machine_name(names[0], len(names)) if names else None)
+        if machine is None:
+            parser.error("no GPU visible (nvidia-smi): give --machine, e.g. h200x8")
+        nproc = args.nproc or machine_gpus(machine) or len(names) or DEFAULT_DIST_NPROC
+        out = Path(str(args.out).replace("{machine}", machine))
+        try:
+            runs = plan_runs(args.suites, nproc)
+        except ValueError as exc:
+            parser.error(str(exc))
+        print(describe_runs(runs, out, machine), flush=True)
+        if args.dry_run:
+            return
+        if names and runs and max(r.nproc for r in runs) > len(names):
+            parser.error(f"runs need {max(r.nproc for r in runs)} GPUs, {len(names)} visible")
+        out.mkdir(parents=True, exist_ok=True)
+        write_env(out, machine)
+        execute(runs, out, machine, args.budget_s, args.run_timeout_s)
+    elif args.verb == "machine":
+        names = visible_gpu_names()
+        if not names:
+            sys.exit("no GPU visible (nvidia-smi)")
+        print(machine_name(names[0], len(names)))
     elif args.verb == "profile-script":
         profile_script(args.script, args.args)
     else:

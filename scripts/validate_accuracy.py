@@ -2,10 +2,11 @@
 
 Every measured run in ``scripts/data/steps/<machine>/`` (logs of ``measure_steps.py``, read
 with its parser) becomes a scenario: the GPU kind and count from the machine name
-(``h100x1`` -> one H100, ``h200x2`` -> two H200s on one NVSwitch), the script, its
-arguments and its process count from the run's command line, ``--steps`` cut to
-``SIMULATED_STEPS``. The simulator runs it, and the script's own log lines are read back with
-the same rule as the measurement (median wall ms of steps 3.., largest peak over ranks).
+(``h100x1`` -> one H100, ``h200x2`` -> two H200s on one NVSwitch, ``h200x8`` -> eight), the
+script, its arguments and its process count (``--nproc_per_node``) from the run's command
+line, ``--steps`` cut to ``SIMULATED_STEPS``. The simulator runs it, and the script's own log
+lines are read back with the same rule as the measurement (median wall ms of steps 3..,
+largest peak over ranks).
 Published anchors (``ANCHORS``: TorchTitan's Llama 3.1 8B on 8 x H100) are scenarios of
 ``scenarios/anchors/`` compared with the published step time and memory.
 
@@ -58,7 +59,7 @@ RESULT_PATH = REPO / "scripts" / "results" / "validate_accuracy.txt"
 SIMULATED_STEPS = 5
 """Steps simulated per measured run: the measurement's warm-up (steps 1-2) plus 3 samples."""
 GOAL_STEP_MEAN_PCT, GOAL_STEP_MAX_PCT, GOAL_MEMORY_PCT = 5.0, 10.0, 10.0
-MACHINE_RE = re.compile(r"^(?P<gpu>[a-z]+\d+)x(?P<gpus>\d+)$")
+MACHINE_RE = measure_steps.MACHINE_RE
 SCENARIO_ENV = {"OMP_NUM_THREADS": "1"}
 TOP_OPS = 5
 HOST_TRANSFER = "host-transfer"
@@ -161,9 +162,10 @@ def measured_cases(root: Path = STEPS_DIR) -> list[Case]:
                         or run.name.startswith(measure_steps.PROFILE_PREFIX)):
                     continue
                 scenario = measured_scenario(run.machine, run.name, run.command)
+                source = log.relative_to(REPO) if log.is_relative_to(REPO) else log
                 cases.append(Case(scenario["name"], run.machine, scenario,
                                   ACCURACY_DIR / f"{scenario['name']}.yaml", run.median_ms,
-                                  run.peak_gib, "allocated", f"{log.relative_to(REPO)}"))
+                                  run.peak_gib, "allocated", str(source)))
     return cases
 
 

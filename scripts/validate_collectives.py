@@ -13,15 +13,20 @@ Reference sets:
   ``/work/shared/research/validation_anchors.md`` section 4.3), simulated with NVLS as NCCL
   chooses it and with NVLS off (``NCCL_NVLS_ENABLE=0``): the top end (busbw > 400 GB/s) is
   only reachable with NVLS.
-* ``h200x2``: 2x H200 measurements in ``scripts/data/collectives/h200x2/`` (``results.csv``,
-  run 1 to 1 GiB; ``results_run2.csv``, run 2 to 4 GiB), default variant, and with
-  ``--variants all`` also the forced ``NCCL_ALGO`` x ``NCCL_PROTO`` all_reduce sweeps.
+* one set per folder ``scripts/data/collectives/<gpu>x<count>/`` holding a ``results.csv`` of
+  ``measure_collectives.py`` (``h200x2``, and ``h200x4`` / ``h200x8`` once measured): its rows,
+  plus the rows of any ``results_run*.csv`` beside it whose (variant, op, size) it lacks
+  (``h200x2``: run 1 to 1 GiB, then the 2 and 4 GiB points of run 2). Default variant, and
+  with ``--variants all`` also the forced ``NCCL_ALGO`` x ``NCCL_PROTO`` all_reduce sweeps.
+  Each row is simulated on one host of ``ngpus`` (the CSV's column) GPUs of the folder's kind
+  on an NVSwitch, with NVLS off as in the measurement (``NCCL_NVLS_ENABLE=0``).
 
 Usages (from the repository root):
 
  1. Everything, default variants:
       python3 scripts/validate_collectives.py
- 2. Only the 2x H200 measurements, forced algorithm/protocol variants included:
+ 2. Only the 2x H200 measurements, forced algorithm/protocol variants included (the choices
+    of --only are h100x8 and the folders found, e.g. h200x8):
       python3 scripts/validate_collectives.py --only h200x2 --variants all
  3. Only the 8x H100 sweep:
       python3 scripts/validate_collectives.py --only h100x8
@@ -38,6 +43,7 @@ import argparse
 import csv
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -53,7 +59,10 @@ from phantora.network.flow import FluidBackend
 from phantora.units import format_bytes
 
 REPO = Path(__file__).resolve().parent.parent
-H200_DIR = REPO / "scripts" / "data" / "collectives" / "h200x2"
+COLLECTIVES_DIR = REPO / "scripts" / "data" / "collectives"
+MACHINE_RE = re.compile(r"^(?P<gpu>[a-z]+\d+)x(?P<gpus>\d+)$")
+"""A measured set's folder name, ``<gpu>x<count>`` (measure_collectives.py's ``{machine}``)."""
+PUBLIC_SETS = ("h100x8",)
 NVLINK_LATENCY_NS = 300  # phantora.cluster.build.NVLINK_LATENCY_NS: one GPU <-> NVSwitch link
 MIB = 1 << 20
 GOAL_MEAN_PCT, GOAL_MAX_PCT = 10.0, 25.0
@@ -104,28 +113,49 @@ def h100_points() -> list[Point]:
     return points
 
 
-def h200_points(variants: str) -> list[Point]:
-    """Run 1 (to 1 GiB) plus the 2 and 4 GiB points of run 2, from the CSVs as measured."""
-    points = []
-    for name, min_bytes in (("results.csv", 0), ("results_run2.csv", 2 << 30)):
-        with open(H200_DIR / name, newline="") as handle:
+def measured_sets(root: Path = COLLECTIVES_DIR) -> dict[str, Path]:
+    """``{"h200x2": folder, ...}``: every ``<gpu>x<count>/`` under ``root`` with a
+    results.csv (the public sets' names excepted)."""
+    if not root.is_dir():
+        return {}
+    return {path.name: path for path in sorted(root.iterdir())
+            if path.is_dir() and MACHINE_RE.match(path.name) and path.name not in PUBLIC_SETS
+            and (path / "results.csv").is_file()}
+
+
+def measured_points(name: str, folder: Path, variants: str) -> list[Point]:
+    """The rows of ``folder/results.csv``, then those of ``results_run*.csv`` (in name order)
+    whose (variant, op, bytes) are not in an earlier file; GPU kind from the folder name,
+    GPU count from each row."""
+    match = MACHINE_RE.match(name)
+    if match is None:
+        raise ValueError(f"set {name!r} is not <gpu>x<count>, e.g. h200x8")
+    gpu = match["gpu"]
+    points: list[Point] = []
+    seen: set[tuple[str, str, int]] = set()
+    for path in [folder / "results.csv", *sorted(folder.glob("results_run*.csv"))]:
+        added: set[tuple[str, str, int]] = set()
+        with open(path, newline="") as handle:
             for row in csv.DictReader(handle):
-                nbytes = int(row["bytes"])
-                if nbytes < min_bytes or (variants == "default" and row["variant"] != "default"):
+                key = (row["variant"], row["op"], int(row["bytes"]))
+                if key in seen or (variants == "default" and row["variant"] != "default"):
                     continue
+                added.add(key)
                 choice = f"{row['algo']}/{row['proto']}".lower() if row["algo"] else "p2p"
-                points.append(Point("h200x2", row["variant"], "h200", int(row["ngpus"]),
-                                    row["op"], nbytes, float(row["time_us"]), choice))
+                points.append(Point(name, row["variant"], gpu, int(row["ngpus"]), row["op"],
+                                    key[2], float(row["time_us"]), choice))
+        seen |= added
     return points
 
 
 def config_for(point: Point) -> NcclConfig:
-    if point.variant == "nvls-off":
-        return NcclConfig(nvls=False)
+    """NCCL's settings of the reference run: measure_collectives.py always runs with NVLS off
+    (``NCCL_NVLS_ENABLE=0``); the public h100x8 sweep with NVLS unless ``nvls-off``."""
+    nvls = False if point.dataset not in PUBLIC_SETS or point.variant == "nvls-off" else None
     if point.variant in FORCED:
         algo, proto = FORCED[point.variant]
-        return NcclConfig.make(algorithms=algo, protocols=proto)
-    return NcclConfig()
+        return NcclConfig.make(algorithms=algo, protocols=proto, nvls=nvls)
+    return NcclConfig(nvls=nvls)
 
 
 def simulate(point: Point) -> None:
@@ -143,6 +173,21 @@ def simulate(point: Point) -> None:
     point.sim_us = end_ns / 1000.0
     point.sim_choice = f"{dag.algorithm}/{dag.protocol}" if dag.algorithm != "p2p" else "p2p"
     point.flows = len(dag.flows)
+
+
+def describe_points(points: list[Point]) -> str:
+    """Per (set, variant, GPUs): how many points, which ops and sizes; what would be simulated."""
+    groups: dict[tuple[str, str, str, int], list[Point]] = {}
+    for point in points:
+        groups.setdefault((point.dataset, point.variant, point.gpu, point.ngpus), []).append(point)
+    lines = []
+    for (dataset, variant, gpu, ngpus), group in groups.items():
+        ops = sorted({p.op for p in group})
+        sizes = sorted({p.nbytes for p in group})
+        lines.append(f"{dataset:7} {variant:13} {ngpus} x {gpu} on one NVSwitch host: "
+                     f"{len(group)} points, {', '.join(ops)}, {format_bytes(sizes[0])}.."
+                     f"{format_bytes(sizes[-1])}")
+    return "\n".join(lines)
 
 
 def summarize(points: list[Point]) -> list[str]:
@@ -188,11 +233,16 @@ def print_table(points: list[Point]) -> None:
               f"{p.sim_choice:12} {p.flows:6}")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, root: Path = COLLECTIVES_DIR) -> int:
+    sets = measured_sets(root)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=("h100x8", "h200x2"), help="one reference set")
+    parser.add_argument("--only", choices=(*PUBLIC_SETS, *sets),
+                        help="one reference set: h100x8 or a folder of "
+                             f"{root.relative_to(REPO) if root.is_relative_to(REPO) else root}")
     parser.add_argument("--variants", choices=("default", "all"), default="default",
-                        help="h200x2: also the forced NCCL_ALGO x NCCL_PROTO sweeps")
+                        help="measured sets: also the forced NCCL_ALGO x NCCL_PROTO sweeps")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="list the reference points per set and GPU count; simulate none")
     parser.add_argument("--export-result", type=Path, help="write the table as CSV")
     parser.add_argument("--import-result", type=Path, help="print a table written before")
     parser.add_argument("--assert-goal", action="store_true",
@@ -210,8 +260,12 @@ def main(argv: list[str] | None = None) -> int:
         points = []
         if args.only in (None, "h100x8"):
             points += h100_points()
-        if args.only in (None, "h200x2"):
-            points += h200_points(args.variants)
+        for name, folder in sets.items():
+            if args.only in (None, name):
+                points += measured_points(name, folder, args.variants)
+        if args.dry_run:
+            print(describe_points(points))
+            return 0
         for point in points:
             simulate(point)
     print_table(points)

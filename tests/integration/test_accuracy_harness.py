@@ -2,6 +2,7 @@
 (no simulation here: that takes minutes, see scripts/validate_accuracy.py)."""
 
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -81,3 +82,40 @@ def test_error_and_goals() -> None:
     assert not harness.goals_met([1.0], [-12.0])
     message = "rank 5 failed:\nTraceback ...\nRuntimeError: CUDA out of memory. Tried\nmore"
     assert harness.failure_line(message) == "RuntimeError: CUDA out of memory. Tried"
+
+
+@pytest.mark.parametrize("machine", ["h200x4", "h200x8"])
+def test_multi_gpu_logs_become_cases_on_all_gpus(tmp_path: Path, machine: str) -> None:
+    """Logs as measure_steps.py writes them on 4 or 8 GPUs (fabricated here, commands from the
+    suites' own plan) become scenarios of that many ranks on one host of that many GPUs."""
+    ngpus = int(machine.split("x")[1])
+    runs = measure_steps.plan_runs("dist,dist-more", ngpus)
+    folder = tmp_path / machine
+    folder.mkdir()
+    steps = "\n".join(f"step {i}/10 | loss 1.0 | {20.0 + i} ms (gpu {20.0 + i} ms) | x"
+                      for i in range(1, 11))
+    for run in runs:
+        with open(measure_steps.log_path(folder, machine, run), "a") as log:
+            log.write(f"=== RUN {run.name}: {measure_steps.shlex.join(run.command())}\n"
+                      f"{steps}\nrank {ngpus - 1}: max_memory_allocated 3.250 GiB\n"
+                      f"=== EXIT {run.name}: 0\n=== WALL {run.name}: 31.0 s\n")
+    with open(folder / f"{machine}_gpt_ddp.log", "a") as log:  # left out: not measured
+        log.write("=== SKIP late-run: budget of 280 s spent\n"
+                  "=== RUN failed-run: python3 -m torch.distributed.run --nproc_per_node "
+                  f"{ngpus} /r/scenarios/examples/gpt_ddp.py\n=== EXIT failed-run: 124\n")
+    cases = harness.measured_cases(tmp_path)
+    assert sorted(case.name for case in cases) == sorted(f"{machine}-{r.name}" for r in runs)
+    by_script = {}
+    for case in cases:
+        assert case.machine == machine and Path(case.source).parent == folder
+        assert case.measured_ms == 26.5 and case.measured_gib == 3.25  # median of steps 3..10
+        assert case.scenario["cluster"] == {"gpu": "h200", "hosts": 1, "gpus_per_host": ngpus}
+        assert case.scenario["workload"]["nproc_per_node"] == ngpus
+        scenario = parse_scenario(case.scenario, str(case.scenario_path))
+        assert scenario.workload.world_size == ngpus
+        args = list(scenario.workload.args)
+        assert args[args.index("--steps") + 1] == str(harness.SIMULATED_STEPS)
+        by_script.setdefault(Path(scenario.workload.script).name, []).append(args)
+    assert set(by_script) == {"gpt_ddp.py", "gpt_fsdp2.py", "gpt_tp.py"}
+    tp_models = {args[args.index("--model") + 1] for args in by_script["gpt_tp.py"]}
+    assert tp_models == ({"gpt2-124m", "gpt2-350m"} if ngpus == 4 else {"gpt2-350m"})
