@@ -4,10 +4,15 @@
   python3 scripts/profile_ops.py run --steps 6 --out "$OUT/ops.json" -- \
       scenarios/examples/gpt_single.py --model gpt2-124m --batch-size 8 --seq-len 1024 --steps 6
 
+  # several ranks: under torchrun, "{rank}" in --out becomes each rank's RANK
+  torchrun --nproc_per_node 2 scripts/profile_ops.py run --steps 6 --out "$OUT/tp_{rank}.json" \
+      -- scenarios/examples/gpt_tp.py --model gpt2-124m --batch-size 8 --seq-len 1024 --steps 6
+
   # here: compare with a simulated run of the same script (its summary.json)
   python3 scripts/profile_ops.py compare scripts/data/ops/h100_gpt2_124m_b8.json OUT/summary.json
 
-``run`` profiles the whole script and divides each op's *self* device time (the kernels the op
+``run`` profiles the whole script and divides each op's *self* device time (and its self
+CPU time, which the profiler inflates) (the kernels the op
 launched itself, not its children's) by ``--steps``: kernel work per step is the same every
 step, so warm-up does not distort it (the first step's one-off kernels, e.g. cuBLAS workspace
 set-up, are spread over all steps). ``compare`` divides the simulator's per-op time the same
@@ -16,6 +21,7 @@ way (its ``compute_coverage.top_ops``) and prints both side by side.
 
 import argparse
 import json
+import os
 import runpy
 import sys
 from pathlib import Path
@@ -36,10 +42,12 @@ def run(script: str, script_args: list[str], steps: int, out: Path) -> None:
     ops = {}
     for event in prof.key_averages():
         device_us = event.self_device_time_total
-        if device_us > 0:
-            ops[event.key] = {"us_per_step": device_us / steps, "calls": event.count}
+        if device_us > 0 or event.self_cpu_time_total > 0:
+            ops[event.key] = {"us_per_step": device_us / steps, "calls": event.count,
+                              "cpu_us_per_step": event.self_cpu_time_total / steps}
     result = {"script": script, "args": script_args, "steps": steps,
               "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "ops": ops}
+    out = Path(str(out).replace("{rank}", os.environ.get("RANK", "0")))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1, sort_keys=True))
     total = sum(op["us_per_step"] for op in ops.values())
@@ -63,7 +71,8 @@ zeroes its gradient; the CPU build's SDPA names the flash kernels, the GPU ran c
 
 def compare(measured_path: Path, summary_path: Path, steps: int) -> None:
     measured = json.loads(measured_path.read_text())
-    measured["ops"] = {n: o for n, o in measured["ops"].items() if n.startswith("aten::")}
+    measured["ops"] = {n: o for n, o in measured["ops"].items()
+                       if n.startswith("aten::") and o["us_per_step"] > 0}
     coverage = json.loads(summary_path.read_text())["compute_coverage"]
     simulated: dict[str, float] = {}
     for op in coverage["top_ops"]:

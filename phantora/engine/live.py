@@ -56,7 +56,7 @@ from phantora.engine.dag_runner import FOREVER_NS, DagDone, FlowScheduler
 from phantora.engine.deadlock import deadlock_report
 from phantora.engine.matching import Matcher, PendingCollective
 from phantora.engine.overlap import MEASURED_OVERLAP, OverlapModel
-from phantora.engine.streams import Completion, KernelSpan, RankDevice
+from phantora.engine.streams import KERNEL_GAP_NS, Completion, KernelSpan, RankDevice
 from phantora.errors import DeadlockError, RankCrashed, SimulationError
 from phantora.network.base import GpuId, NetworkBackend, NetworkStats
 
@@ -223,11 +223,13 @@ class LiveEngine:
                  backend: NetworkBackend, connections: Mapping[int, Connection],
                  gpus_of_rank: Sequence[GpuId], *, calibration: Calibration = DEFAULT_CALIBRATION,
                  coverage: Coverage | None = None, record_flows: bool = False,
-                 overlap: OverlapModel | None = MEASURED_OVERLAP) -> None:
+                 overlap: OverlapModel | None = MEASURED_OVERLAP,
+                 kernel_gap_ns: int = KERNEL_GAP_NS) -> None:
         """``connections[rank]`` is the coordinator's end of each rank's pipe;
         ``gpus_of_rank[rank]`` the global GPU the rank drives; ``coverage`` (if given)
         accumulates every kernel's cost source; ``overlap`` how collectives in flight slow a
-        GPU's kernels (``None``: not at all)."""
+        GPU's kernels (``None``: not at all); ``kernel_gap_ns`` the GPU's idle time between
+        back-to-back kernels (``streams.KERNEL_GAP_NS``)."""
         world = len(gpus_of_rank)
         if sorted(connections) != list(range(world)):
             raise SimulationError(f"connections are for ranks {sorted(connections)}, but "
@@ -245,7 +247,7 @@ class LiveEngine:
         self._matcher = Matcher(self._start_collective)
         self._scheduler = FlowScheduler(backend, record_flows=record_flows)
         self._ranks = [_Rank(rank, self._gpus[rank], connections[rank],
-                             RankDevice(rank, self._matcher.issue, overlap))
+                             RankDevice(rank, self._matcher.issue, overlap, kernel_gap_ns))
                        for rank in range(world)]
         self._by_conn = {rank.conn: rank for rank in self._ranks}
         self._running: dict[int, tuple[PendingCollective, FlowDag]] = {}

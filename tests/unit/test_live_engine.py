@@ -152,7 +152,8 @@ def start(scripts: Sequence[Script], backend: NetworkBackend | None = None, *,
     engine = LiveEngine(topology, system, NcclConfig(),
                         backend or FixedRateBackend(gbps=8.0, latency_ns=100),
                         {rank: parent for rank, (parent, _) in enumerate(pipes)},
-                        list(range(len(scripts))), **engine_kwargs)  # type: ignore[arg-type]
+                        list(range(len(scripts))),
+                        **{"kernel_gap_ns": 0, **engine_kwargs})  # type: ignore[arg-type]
     return engine, ranks, threads, errors, [parent for parent, _ in pipes]
 
 
@@ -605,3 +606,17 @@ def test_unknown_ops_and_malformed_groups_are_named() -> None:
     with pytest.raises(SimulationError, match=r"with group ranks \[1\], which must hold each "
                                               "rank once and include the issuing rank"):
         run([lambda r: r.collective("all_reduce", [1], 4), lambda r: None])
+
+
+def test_back_to_back_kernels_leave_the_front_end_gap_between_them() -> None:
+    def script(r: "ScriptedRank") -> None:
+        r.kernel(1000, name="a")
+        r.kernel(500, name="b")  # queued behind a: starts the gap after a ends
+        r.cpu(10_000)
+        r.kernel(200, name="c")  # launched long after b ended: starts at its launch
+        r.sync()
+
+    result = run([script], kernel_gap_ns=300).result
+    spans = {span.name: span for span in result.kernels}
+    assert spans["b"].start_ns == spans["a"].end_ns + 300
+    assert spans["c"].start_ns > spans["b"].end_ns + 300

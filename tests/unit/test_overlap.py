@@ -43,7 +43,7 @@ def device(overlap: OverlapModel | None = FLAT) -> tuple[RankDevice, list[Port]]
         ports.append(Port())
         return ports[-1]
 
-    return RankDevice(0, issue, overlap), ports
+    return RankDevice(0, issue, overlap, kernel_gap_ns=0), ports
 
 
 def collective(at_ns: int, stream: int = 7) -> Collective:
