@@ -489,7 +489,8 @@ def _worker(args: WorkerArgs, results: Queue[tuple[str, int, object]]) -> None:
 # --- orchestration ----------------------------------------------------------------------------
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on this host now, for the ranks' rendezvous."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -507,7 +508,7 @@ def run_variant(variant: Variant, ngpus: int, timing: TimingSpec, log_dir: Path,
     wait_s = timeout_s if wait_s is None else wait_s
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
-    port = _free_port()
+    port = free_port()
     procs = [
         ctx.Process(target=_worker, args=(
             WorkerArgs(rank, ngpus, port, variant, timing,

@@ -49,7 +49,6 @@ import math
 import multiprocessing
 import os
 import queue as queue_module
-import socket
 import statistics
 import sys
 import time
@@ -63,6 +62,7 @@ from typing import TYPE_CHECKING
 from measure_collectives import (
     NCCL_FUNC,
     SAFETY_ENV,
+    free_port,
     nccl_logged_bytes,
     parse_tuning_log,
     system_report,
@@ -510,17 +510,11 @@ def _worker(args: _WorkerArgs, results: Queue[tuple[str, int, object]]) -> None:
 # --- orchestration ----------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _spawn(plan: Plan, ngpus: int, log_dir: Path, timeout_s: int) -> dict[int, object]:
     """One process per GPU; each rank's payload. Raises RuntimeError on a failed or slow rank."""
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
-    port = _free_port()
+    port = free_port()
     procs = [ctx.Process(target=_worker, args=(
         _WorkerArgs(rank, ngpus, port, plan, log_dir / f"nccl_rank{rank}.log", timeout_s),
         results)) for rank in range(ngpus)]

@@ -3,7 +3,7 @@
 from collections import defaultdict
 
 from phantora.engine.benchmark import bus_factor
-from phantora.engine.live import CollectiveRecord, LiveResult
+from phantora.engine.live import CollectiveRecord
 from phantora.report.summary import CollectiveResult
 
 
