@@ -152,3 +152,20 @@ def test_a_forked_child_may_not_use_the_rank_connection() -> None:
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert coordinator.batches == []
+
+
+def test_a_collective_costs_the_host_more_than_a_kernel_launch() -> None:
+    from intercept.runtime import COLLECTIVE_LAUNCH_OVERHEAD_NS, KERNEL_LAUNCH_OVERHEAD_NS
+    from phantora.compute import KernelSpec
+    from tests.intercept.dist_coordinator import make_runtime
+
+    runtime, _ = make_runtime(op_cost_ns=0)
+    before = runtime.clock.now_ns()
+    runtime.kernel(KernelSpec("aten::add_"), stream=0)
+    kernel_ns = runtime.clock.now_ns() - before
+    before = runtime.clock.now_ns()
+    runtime.collective(group="0", ranks=(0,), op="all_reduce", nbytes=64, dtype_bytes=4,
+                       stream=0)
+    collective_ns = runtime.clock.now_ns() - before
+    assert (kernel_ns, collective_ns) == (KERNEL_LAUNCH_OVERHEAD_NS,
+                                          COLLECTIVE_LAUNCH_OVERHEAD_NS)
