@@ -112,6 +112,9 @@ class RankStats:
     peak_reserved_bytes: int = 0
     """``torch.cuda.max_memory_reserved()`` at exit (what the caching allocator held at most:
     the memory a job needs on the GPU, less the CUDA context)."""
+    host_speed_factor: float = 1.0
+    """What one ns of the simulating machine's CPU counted as at exit: the reference host's
+    time over this machine's for the host-speed benchmark (1.0 unscaled or reproducible)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -156,7 +156,8 @@ class RankRuntime:
         measurements; nothing may follow."""
         script_ns, simulator_ns = self.clock.cpu_split_ns()
         self._client.close(Exit(status, traceback, RankStats(
-            script_ns, simulator_ns, peak_memory_bytes, peak_reserved_bytes)))
+            script_ns, simulator_ns, peak_memory_bytes, peak_reserved_bytes,
+            round(self.clock.speed_ratio.factor, 4))))
 
     def _launch(self, overhead_ns: int | None = None) -> None:
         """A launch's CPU side: the modelled overhead (a kernel's unless ``overhead_ns`` is

@@ -145,6 +145,8 @@ class RankResult:
     """Kernels stretched because a collective ran on the GPU at the same time."""
     overlap_extra_ns: int = 0
     """GPU time those stretches added (``phantora.engine.overlap``)."""
+    host_speed_factor: float = 1.0
+    """How the rank's script CPU time was converted to the reference host's at the end."""
 
 
 @dataclass
@@ -519,7 +521,8 @@ class LiveEngine:
                             rank.blocked_ns, rank.device.kernels, rank.collectives,
                             rank.stats.script_cpu_ns, rank.stats.simulator_cpu_ns,
                             rank.stats.peak_memory_bytes, rank.stats.peak_reserved_bytes,
-                            rank.device.slowed_kernels, rank.device.overlap_extra_ns)
+                            rank.device.slowed_kernels, rank.device.overlap_extra_ns,
+                            rank.stats.host_speed_factor)
                  for rank in self._ranks]
         kernels = sorted((span for rank in self._ranks for span in rank.device.spans),
                          key=lambda s: (s.rank, s.stream, s.start_ns, s.end_ns, s.name))

@@ -169,3 +169,14 @@ def test_a_collective_costs_the_host_more_than_a_kernel_launch() -> None:
     collective_ns = runtime.clock.now_ns() - before
     assert (kernel_ns, collective_ns) == (KERNEL_LAUNCH_OVERHEAD_NS,
                                           COLLECTIVE_LAUNCH_OVERHEAD_NS)
+
+
+def test_the_exit_reports_the_host_speed_factor_in_force() -> None:
+    from tests.intercept.dist_coordinator import make_runtime
+
+    runtime, coordinator = make_runtime()  # reproducible: the script's CPU is not converted
+    runtime.finish(0, peak_memory_bytes=5, peak_reserved_bytes=8)
+    coordinator.join()
+    stats = coordinator.batches[-1].exit.stats
+    assert (stats.peak_memory_bytes, stats.peak_reserved_bytes, stats.host_speed_factor) == (
+        5, 8, 1.0)
