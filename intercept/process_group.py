@@ -44,20 +44,21 @@ from torch.futures import Future
 from torch.utils.weak import WeakTensorKeyDictionary
 
 from intercept.runtime import RankRuntime
+from phantora.collectives.request import CollectiveOp
 
 BACKEND_NAME = "phantora"
 
 BARRIER_NBYTES = 4
 """NB: ProcessGroupNCCL's barrier all-reduces a one-element tensor; we take it as float32."""
 
-# Op names as the coordinator knows them (phantora.collectives.CollectiveOp values + p2p).
-ALL_REDUCE = "all_reduce"
-ALL_GATHER = "all_gather"
-REDUCE_SCATTER = "reduce_scatter"
-BROADCAST = "broadcast"
-REDUCE = "reduce"
-ALL_TO_ALL = "all_to_all"
-ALL_TO_ALLV = "all_to_allv"
+# Op names as the coordinator knows them: the collective model's, and the two sides of p2p.
+ALL_REDUCE = CollectiveOp.ALL_REDUCE.value
+ALL_GATHER = CollectiveOp.ALL_GATHER.value
+REDUCE_SCATTER = CollectiveOp.REDUCE_SCATTER.value
+BROADCAST = CollectiveOp.BROADCAST.value
+REDUCE = CollectiveOp.REDUCE.value
+ALL_TO_ALL = CollectiveOp.ALL_TO_ALL.value
+ALL_TO_ALLV = CollectiveOp.ALL_TO_ALLV.value
 SEND = "send"
 RECV = "recv"
 
