@@ -4,10 +4,10 @@
 compute model (``phantora.compute``) turns that into a kernel duration and never sees a
 tensor. Matrix products carry ``(batch, m, n, k)`` and their operands' layout, attention
 kernels ``(batch, heads, kv_heads, seq_q, seq_kv, head_dim)`` and causality: that is what the
-measured tables are keyed by. FLOPs come from PyTorch's own formulas (``torch.utils.flop_counter.flop_registry``:
-mm, addmm, bmm, baddbmm, convolutions, the SDPA / flash / efficient attention kernels); every
-other op counts 0 FLOPs and is costed by its bytes, which are never 0 for an op that touches a
-tensor.
+measured tables are keyed by. FLOPs come from PyTorch's own formulas
+(``torch.utils.flop_counter.flop_registry``: mm, addmm, bmm, baddbmm, convolutions, the SDPA /
+flash / efficient attention kernels); every other op counts 0 FLOPs and is costed by its
+bytes, which are never 0 for an op that touches a tensor.
 
 Bytes = bytes read + bytes written, counted as the memory the tensors span: a broadcast
 (stride-0) dimension is read once, not once per element of the view.
@@ -68,7 +68,7 @@ def kernel_spec(name: str, func: Any, args: tuple[Any, ...], kwargs: dict[str, A
                 out: Any) -> KernelSpec:
     """The launch of ``func(*args, **kwargs)`` that returned ``out``; ``name`` its aten name."""
     op_flops, nbytes = op_cost(func, args, kwargs, out)
-    op = func._schema.name.rsplit("::", 1)[-1]
+    op = name.rsplit("::", 1)[-1]
     if op in MATMUL_OPS:
         first, second = _MATMUL_OPERANDS[op]
         return _matmul_spec(name, op_flops, nbytes, args[first], args[second])

@@ -211,12 +211,6 @@ def read_simulated(out_dir: Path, case: Case) -> tuple[float | None, float | Non
     return result.median_ms, peak
 
 
-def compute_section(summary: dict[str, Any]) -> dict[str, Any]:
-    """summary.json's compute-cost section (``compute``; ``compute_coverage`` before the
-    rename of issue 4)."""
-    return summary.get("compute") or summary.get("compute_coverage") or {}
-
-
 def failure_line(message: str, width: int = 160) -> str:
     """The line of a failed run's report that says what went wrong (``...Error: ...``)."""
     lines = [line.strip() for line in message.splitlines() if line.strip()]
@@ -240,7 +234,7 @@ def simulate(case: Case, out_root: Path, console: Console) -> Outcome:
     wall_s = time.perf_counter() - start_s
     simulated_ms, simulated_gib = read_simulated(out_dir, case)
     summary = json.loads((out_dir / "summary.json").read_text())
-    gpu_ops = [op for op in compute_section(summary).get("top_ops", [])
+    gpu_ops = [op for op in summary["compute_coverage"]["top_ops"]
                if op["source"] != HOST_TRANSFER]
     return Outcome(simulated_ms, simulated_gib, wall_s, gpu_ops[:TOP_OPS])
 

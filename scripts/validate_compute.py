@@ -17,7 +17,6 @@ and the median signed error (bias).
   python3 scripts/validate_compute.py
 """
 
-import json
 from collections.abc import Callable, Iterable
 
 import numpy as np
@@ -28,49 +27,41 @@ from phantora.cluster.catalogue import CATALOGUE, GpuSpec
 from phantora.compute.fitted import EfficiencyCurves
 from phantora.compute.model import ComputeModel, table_path
 from phantora.compute.spec import KernelSpec
-from phantora.compute.table import (BACKEND_OF_DEFAULT_SDPA, KernelTable, attention_flops,
-                                    matmul_flops)
+from phantora.compute.table import (BACKEND_OF_DEFAULT_SDPA, KernelTable, MeasuredRow,
+                                    attention_flops, matmul_flops)
 
-Row = dict[str, str]
-
-
-def spec_of(row: Row) -> KernelSpec | None:
+def spec_of(row: MeasuredRow) -> KernelSpec | None:
     """The launch a table row measured, as the rank side would describe it."""
-    shape = json.loads(row["shape"])
-    if row["section"] == "matmul":
-        op = {"mm": "aten::mm", "addmm": "aten::addmm", "bmm": "aten::bmm"}[row["aten_ops"]]
-        dims = (shape.get("batch", 1), shape["m"], shape["n"], shape["k"])
-        return KernelSpec(op, matmul_flops(dims), int(row["bytes"]), row["dtype"], dims,
-                          shape["layout"])
-    if row["section"] == "attention":
-        backward = row["op"].endswith("bwd")
-        dims = (shape["batch"], shape["heads"], shape["kv_heads"], shape["seq"], shape["seq"],
-                shape["head_dim"])
+    if row.section == "matmul":
+        op = {"mm": "aten::mm", "addmm": "aten::addmm", "bmm": "aten::bmm"}[row.aten_ops]
+        return KernelSpec(op, matmul_flops(row.dims), row.bytes, row.dtype, row.dims,
+                          row.variant)
+    if row.section == "attention":
         name = ("aten::_scaled_dot_product_flash_attention"
-                + ("_backward" if backward else ""))
-        causal = bool(shape["causal"])
-        return KernelSpec(name, attention_flops(dims, causal, backward), int(row["bytes"]),
-                          "bf16", dims, "causal" if causal else "full")
-    ops = row["aten_ops"].split("+")
+                + ("_backward" if row.backward else ""))
+        return KernelSpec(name, attention_flops(row.dims, row.variant == "causal",
+                                                row.backward),
+                          row.bytes, "bf16", row.dims, row.variant)
+    ops = row.aten_ops.split("+")
     if len(ops) != 1:
         return None
-    return KernelSpec(f"aten::{ops[0]}", 0, int(row["bytes"]), row["dtype"])
+    return KernelSpec(f"aten::{ops[0]}", 0, row.bytes, row.dtype)
 
 
-def errors(rows: Iterable[Row], predict: Callable[[KernelSpec], int]) -> dict[str, list[float]]:
+def errors(rows: Iterable[MeasuredRow],
+           predict: Callable[[KernelSpec], int]) -> dict[str, list[float]]:
     by_section: dict[str, list[float]] = {}
     for row in rows:
         spec = spec_of(row)
-        if spec is None or row["cache"] != "cold":
+        if spec is None or not row.cold:
             continue
-        measured_ns = float(row["time_us"]) * 1e3
-        by_section.setdefault(row["section"], []).append(predict(spec) / measured_ns - 1)
+        by_section.setdefault(row.section, []).append(predict(spec) / row.time_ns - 1)
     return by_section
 
 
-def _is_modelled_holdout(shape: dict[str, object]) -> bool:
+def _is_modelled_holdout(row: MeasuredRow) -> bool:
     """An off-grid row of a kernel the model stands for (attention: the default backend's)."""
-    return bool(shape.get("holdout")) and shape.get("backend", BACKEND_OF_DEFAULT_SDPA) in (
+    return row.holdout and row.shape.get("backend", BACKEND_OF_DEFAULT_SDPA) in (
         BACKEND_OF_DEFAULT_SDPA, "default")
 
 
@@ -92,7 +83,7 @@ def main() -> None:
         without_holdout = KernelTable.load(table_path(name), holdout=False)  # type: ignore[arg-type]
         interpolating = ComputeModel(gpu, without_holdout,
                                      EfficiencyCurves.fit(without_holdout, gpu))
-        holdouts = [r for r in full.rows if _is_modelled_holdout(json.loads(r["shape"]))]
+        holdouts = [r for r in full.rows if _is_modelled_holdout(r)]
         checks = {
             "interpolated (holdouts)": errors(holdouts,
                                               lambda s: interpolating.cost(s).duration_ns),

@@ -14,7 +14,6 @@ copies far below the HBM rate. Matmul efficiencies are per dtype against the *bf
 catalogue's one compute figure), so fp32 without TF32 comes out ~15x slower, as measured.
 """
 
-import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,25 +62,19 @@ class EfficiencyCurves:
         memory: tuple[list[float], list[float]] = ([], [])
         peak_flop_per_ns = measured_on.bf16_tflops * 1e3
         for row in table.rows:
-            if row["cache"] != "cold":
+            if not row.cold:
                 continue
-            shape = json.loads(row["shape"])
-            time_ns = float(row["time_us"]) * 1e3
-            if row["section"] == "matmul":
-                flops = matmul_flops((shape.get("batch", 1), shape["m"], shape["n"], shape["k"]))
-                _append(matmul.setdefault(row["dtype"], ([], [])), flops,
-                        flops / time_ns / peak_flop_per_ns)
-            elif row["section"] == "attention":
-                direction = row["op"].rsplit("_", 1)[-1]
-                dims = (shape["batch"], shape["heads"], shape["kv_heads"], shape["seq"],
-                        shape["seq"], shape["head_dim"])
-                flops = attention_flops(dims, bool(shape["causal"]), direction == "bwd")
-                _append(attention.setdefault(direction, ([], [])), flops,
-                        flops / time_ns / peak_flop_per_ns)
-            elif "+" not in row["aten_ops"]:
-                nbytes = int(row["bytes"])
-                _append(memory, nbytes, nbytes / time_ns / measured_on.hbm_gbs)
-        floor_ns = round(min(float(row["time_us"]) for row in table.rows) * 1e3)
+            if row.section == "matmul":
+                flops = matmul_flops(row.dims)
+                _append(matmul.setdefault(row.dtype, ([], [])), flops,
+                        flops / row.time_ns / peak_flop_per_ns)
+            elif row.section == "attention":
+                flops = attention_flops(row.dims, row.variant == "causal", row.backward)
+                _append(attention.setdefault("bwd" if row.backward else "fwd", ([], [])), flops,
+                        flops / row.time_ns / peak_flop_per_ns)
+            elif "+" not in row.aten_ops:
+                _append(memory, row.bytes, row.bytes / row.time_ns / measured_on.hbm_gbs)
+        floor_ns = round(min(row.time_ns for row in table.rows))
         return cls({dtype: _Curve.fit(*points) for dtype, points in matmul.items()},
                    {direction: _Curve.fit(*points) for direction, points in attention.items()},
                    _Curve.fit(*memory), floor_ns, measured_on.name)

@@ -15,7 +15,8 @@ MEMORY_BOUND_OPS: frozenset[str] = frozenset({
     "masked_fill", "maximum", "minimum", "mul", "ne", "neg", "pow", "reciprocal", "relu",
     "rsqrt", "sigmoid", "sigmoid_backward", "sign", "silu", "silu_backward", "sqrt", "sub",
     "tanh", "tanh_backward", "threshold_backward", "where", "zero", "zeros", "ones",
-    "full", "zeros_like", "ones_like", "full_like", "new_zeros", "new_ones", "new_full", "arange", "sgn", "erf", "cos", "sin", "floor_divide", "remainder",
+    "full", "zeros_like", "ones_like", "full_like", "new_zeros", "new_ones", "new_full",
+    "arange", "sgn", "erf", "cos", "sin", "floor_divide", "remainder",
     # copies, casts, layout changes and indexing
     "_to_copy", "clone", "copy", "cat", "stack", "index", "index_put", "index_select",
     "gather", "scatter", "scatter_add", "embedding", "embedding_dense_backward", "repeat",

@@ -97,6 +97,54 @@ def attention_flops(dims: tuple[int, ...], causal: bool, backward: bool) -> int:
     return forward * 5 // 2 if backward else forward
 
 
+@dataclass(frozen=True)
+class MeasuredRow:
+    """One row of a table, parsed once: the fields the model and its checks use."""
+
+    section: str
+    """``matmul``, ``attention``, ``memory`` or ``optimizer``."""
+    op: str
+    """What was called (``sdpa_bwd``, ``cross_entropy_fwd``, ...)."""
+    aten_ops: str
+    dtype: str
+    cold: bool
+    """Inputs streamed from HBM (the ``warm`` rows reused them from L2)."""
+    shape: dict[str, Any]
+    dims: tuple[int, ...]
+    """As in :class:`KernelSpec`: matmul ``(batch, m, n, k)``, attention
+    ``(batch, heads, kv_heads, seq, seq, head_dim)``, else empty."""
+    variant: str
+    """Matmul layout; attention ``causal`` / ``full``."""
+    bytes: int
+    time_ns: float
+
+    @classmethod
+    def parse(cls, row: dict[str, str]) -> "MeasuredRow":
+        shape = json.loads(row["shape"])
+        dims: tuple[int, ...] = ()
+        variant = ""
+        if row["section"] == "matmul":
+            dims = (shape.get("batch", 1), shape["m"], shape["n"], shape["k"])
+            variant = shape["layout"]
+        elif row["section"] == "attention":
+            dims = (shape["batch"], shape["heads"], shape["kv_heads"], shape["seq"],
+                    shape["seq"], shape["head_dim"])
+            variant = "causal" if shape["causal"] else "full"
+        return cls(row["section"], row["op"], row["aten_ops"], row["dtype"],
+                   row["cache"] == "cold", shape, dims, variant, int(row["bytes"]),
+                   float(row["time_us"]) * 1e3)
+
+    @property
+    def backward(self) -> bool:
+        """An attention row timing the backward kernel."""
+        return self.op.endswith("_bwd")
+
+    @property
+    def holdout(self) -> bool:
+        """A random off-grid shape, kept for checking an interpolation."""
+        return bool(self.shape.get("holdout"))
+
+
 @dataclass
 class _RatePool:
     """Measured shapes of one op family and dtype: log2 shape features and achieved rates.
@@ -197,8 +245,7 @@ class _Builder:
 class KernelTable:
     """One GPU's measured kernel times; :meth:`estimate` answers for a launch or ``None``."""
 
-    def __init__(self, gpu_name: str, rows: list[dict[str, str]]) -> None:
-        self.gpu_name = gpu_name
+    def __init__(self, rows: list[MeasuredRow]) -> None:
         self.rows = rows
         builder = _Builder()
         for row in rows:
@@ -211,11 +258,11 @@ class KernelTable:
     def load(cls, path: Path, *, holdout: bool = True) -> "KernelTable":
         """The table in ``path``; ``holdout=False`` leaves out the rows kept for checking."""
         with path.open(newline="") as stream:
-            rows = [row for row in csv.DictReader(stream)
-                    if holdout or not json.loads(row["shape"]).get("holdout")]
+            rows = [MeasuredRow.parse(row) for row in csv.DictReader(stream)]
+        rows = [row for row in rows if holdout or not row.holdout]
         if not rows:
             raise ValueError(f"{path}: no kernel rows")
-        return cls(rows[0]["gpu"], rows)
+        return cls(rows)
 
     def estimate(self, spec: KernelSpec) -> Estimate | None:
         """The launch's time from the measured rows, or ``None`` if none describe its op."""
@@ -281,45 +328,37 @@ def _attention_features(dims: tuple[int, ...]) -> np.ndarray:
     return _log2([batch * heads, seq_q, seq_kv, head_dim, heads // max(1, kv_heads)])
 
 
-def _add_row(builder: _Builder, row: dict[str, str]) -> None:
-    if row["cache"] != "cold":
+def _add_row(builder: _Builder, row: MeasuredRow) -> None:
+    if not row.cold:
         return  # inputs reused from L2: faster than a training step's streams through HBM
-    shape = json.loads(row["shape"])
-    time_ns = float(row["time_us"]) * 1e3
-    dtype = row["dtype"]
-    section = row["section"]
-    if section == "matmul":
-        op = base_name(row["aten_ops"])
-        batch = shape.get("batch", 1)
-        dims = (batch, shape["m"], shape["n"], shape["k"])
-        layout = shape["layout"]
+    dtype, dims, variant, time_ns = row.dtype, row.dims, row.variant, row.time_ns
+    if row.section == "matmul":
+        op = base_name(row.aten_ops)
         work = matmul_work(dims)
-        builder.exact.setdefault((op, dtype, dims, layout), []).append(time_ns)
+        builder.exact.setdefault((op, dtype, dims, variant), []).append(time_ns)
         if op == "bmm":
-            builder.add_rate(("bmm", dtype), list(_log2(list(dims))), layout, work, time_ns)
+            builder.add_rate(("bmm", dtype), list(_log2(list(dims))), variant, work, time_ns)
         else:
-            builder.add_rate(("mm", dtype), list(_log2([batch * dims[1], dims[2], dims[3]])),
-                             layout, work, time_ns)
-    elif section == "attention":
-        direction = row["op"].rsplit("_", 1)[-1]
-        dims = (shape["batch"], shape["heads"], shape["kv_heads"], shape["seq"], shape["seq"],
-                shape["head_dim"])
-        causal = bool(shape["causal"])
-        variant = "causal" if causal else "full"
-        backend = BACKEND_OF_DEFAULT_SDPA if shape["backend"] == "default" else shape["backend"]
-        work = attention_work(dims, causal, direction == "bwd")
+            batch, m, n, k = dims
+            builder.add_rate(("mm", dtype), list(_log2([batch * m, n, k])), variant, work,
+                             time_ns)
+    elif row.section == "attention":
+        direction = "bwd" if row.backward else "fwd"
+        backend = row.shape["backend"]
+        backend = BACKEND_OF_DEFAULT_SDPA if backend == "default" else backend
+        work = attention_work(dims, variant == "causal", row.backward)
         if backend == BACKEND_OF_DEFAULT_SDPA:
             builder.exact.setdefault(("sdpa", direction, dims, variant), []).append(time_ns)
         builder.add_rate(("sdpa", direction, backend), list(_attention_features(dims)), variant,
                          work, time_ns)
-    elif row["op"] in CROSS_ENTROPY_SPLIT:
-        elements = shape["tokens"] * shape["vocab"] * ELEMENT_BYTES[dtype]
-        for op, passes, share in CROSS_ENTROPY_SPLIT[row["op"]]:
+    elif row.op in CROSS_ENTROPY_SPLIT:
+        elements = row.shape["tokens"] * row.shape["vocab"] * ELEMENT_BYTES[dtype]
+        for op, passes, share in CROSS_ENTROPY_SPLIT[row.op]:
             builder.add_bytes(op, dtype, passes * elements, share * time_ns)
     else:
-        op = _single_op(row["aten_ops"])
+        op = _single_op(row.aten_ops)
         if op is not None:
-            builder.add_bytes(op, dtype, int(row["bytes"]), time_ns)
+            builder.add_bytes(op, dtype, row.bytes, time_ns)
 
 
 def _single_op(aten_ops: str) -> str | None:

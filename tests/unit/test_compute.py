@@ -1,7 +1,5 @@
 """The compute model: measured tables, interpolation, fitted fallback, coverage."""
 
-import json
-
 import numpy as np
 import pytest
 
@@ -29,11 +27,11 @@ def mm(m: int, n: int, k: int, dtype: str = "bf16", layout: str = "nt") -> Kerne
 
 def test_a_measured_shape_costs_its_measured_time(h100: ComputeModel) -> None:
     row = next(r for r in h100.table.rows  # type: ignore[union-attr]
-               if r["aten_ops"] == "mm" and r["dtype"] == "bf16" and r["cache"] == "cold")
-    shape = json.loads(row["shape"])
-    cost = h100.cost(mm(shape["m"], shape["n"], shape["k"], layout=shape["layout"]))
+               if r.aten_ops == "mm" and r.dtype == "bf16" and r.cold)
+    _, m, n, k = row.dims
+    cost = h100.cost(mm(m, n, k, layout=row.variant))
     assert cost.source is CostSource.MEASURED
-    assert cost.duration_ns == round(float(row["time_us"]) * 1e3)
+    assert cost.duration_ns == round(row.time_ns)
 
 
 def test_off_grid_matmuls_are_interpolated_and_grow_with_work(h100: ComputeModel) -> None:
@@ -52,12 +50,11 @@ def test_interpolation_predicts_the_measured_holdout_matmuls() -> None:
     model = ComputeModel(H100, rest, ComputeModel.for_gpu(H100).curves)
     errors = []
     for row in KernelTable.load(path).rows:
-        shape = json.loads(row["shape"])
-        if shape.get("holdout") and row["aten_ops"] == "mm" and row["dtype"] == "bf16":
-            predicted = model.cost(mm(shape["m"], shape["n"], shape["k"],
-                                      layout=shape["layout"]))
+        if row.holdout and row.aten_ops == "mm" and row.dtype == "bf16":
+            _, m, n, k = row.dims
+            predicted = model.cost(mm(m, n, k, layout=row.variant))
             assert predicted.source is CostSource.INTERPOLATED
-            errors.append(predicted.duration_ns / (float(row["time_us"]) * 1e3) - 1)
+            errors.append(predicted.duration_ns / row.time_ns - 1)
     assert len(errors) > 100
     assert np.median(np.abs(errors)) < 0.12
 
