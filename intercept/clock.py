@@ -22,7 +22,9 @@ about what a plain Python call costs, plus the runtime's modelled launch overhea
   GPT-2 step, the decrefs that deallocate FakeTensors C++ kept, with the GIL hand-overs), the
   stream/event callback, and the simulator's Python bookkeeping outside the fake mode
   (``shim.simulator_time()``). Real CPU work a callback runs for the script (small all-CPU
-  ops) is cut out of it again (``shim.script_time()``).
+  ops) is cut out of it again (``shim.script_time()``), and so is a tensor subclass's own
+  dispatch (DTensor's sharding propagation and redistribution, ``shim.count_rest_of_dispatch``)
+  that torch runs in the same call into Python after the fake mode deferred to it.
 * deducted, as calibrated once per process before ranks fork (``intercept.patches.install``;
   ``shim.Deductions``): per outermost section, what timing it costs outside it (two clock
   reads, ~0.25 us); per outermost op dispatch, the C++ glue around the call into Python (the

@@ -35,7 +35,9 @@ Around all of it, the shim excludes the whole call from torch's C++ into
 ``__torch_dispatch__`` (and every ``prim.device`` query), and takes a calibrated deduction off
 each op dispatch for the C++ glue outside that call (:func:`calibrate_dispatch_glue`): what is
 left of an op in the rank's virtual time is about a plain Python call, plus the runtime's
-modelled launch overhead. Real CPU work run on the script's behalf stays the script's.
+modelled launch overhead. Real CPU work run on the script's behalf stays the script's, and so
+does the dispatch of tensor subclasses (DTensor) and DTensor's shape propagation, which a real
+host runs too.
 """
 
 import contextlib
@@ -365,14 +367,15 @@ class SimFakeMode(FakeTensorMode):
     def shapes_only(self) -> Iterator[None]:
         """Ops run inside only derive shapes, like the ops FakeTensorMode issues itself: they
         take no device memory and launch no kernel (DTensor's sharding propagation, which on
-        a GPU runs in a private FakeTensorMode)."""
+        a GPU runs in a private FakeTensorMode). Unlike those, their dispatch is the script's
+        CPU time: a real host runs that FakeTensorMode too."""
         state = self._thread
-        previous = getattr(state, "depth", 0)
-        state.depth = 1
+        previous = getattr(state, "depth", 0), getattr(state, "counted", False)
+        state.depth, state.counted = 1, True
         try:
             yield
         finally:
-            state.depth = previous
+            state.depth, state.counted = previous
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         query = _METADATA_QUERIES.get(func)
@@ -386,6 +389,8 @@ class SimFakeMode(FakeTensorMode):
         state = self._thread
         if getattr(state, "depth", 0):
             # An op FakeTensorMode issues while executing another one: no kernel of its own.
+            if getattr(state, "counted", False):
+                shim.count_rest_of_dispatch()
             if func in DATA_DEPENDENT:
                 return DATA_DEPENDENT[func](self, *args, **kwargs)
             return self.dispatch(func, types, args, kwargs)
@@ -401,6 +406,12 @@ class SimFakeMode(FakeTensorMode):
         if out is _RUN_REAL:
             with shim.script_time():  # real CPU work a real host does too
                 return func(*args, **kwargs)  # this mode is popped here: the real kernel runs
+        if out is NotImplemented:
+            # A tensor subclass (DTensor) dispatches the op next, in the same call from C++:
+            # its sharding propagation and redistribution run on a real host too (100+ us per
+            # op, most of a tensor-parallel step's host time). The ops it issues come back here.
+            shim.count_rest_of_dispatch()
+            return out
         if func.namespace == FUNCTIONAL_COLLECTIVE_NAMESPACE:
             if self.on_functional_collective is None:
                 raise SimulationError(f"{func} needs a process group, but none is connected")

@@ -198,6 +198,13 @@ def script_time() -> Iterator[None]:
         lib.fakecuda_exclusion_resume(depth)
 
 
+def count_rest_of_dispatch() -> None:
+    """The rest of the innermost call from torch's C++ into ``__torch_dispatch__`` on the
+    calling thread is the script's CPU time (the fake mode deferred the op to a tensor subclass
+    such as DTensor, whose dispatch a real GPU host runs too)."""
+    _gil_library().fakecuda_count_rest_of_dispatch()
+
+
 def thread_counted_ns() -> int:
     """The calling thread's CPU time that counts as the script's (excluded sections and
     deductions taken off), in ns; for calibration and tests."""
@@ -353,6 +360,8 @@ def _declare_exclusion(library: ctypes.PyDLL) -> None:
     library.fakecuda_exclusion_suspend.restype = ctypes.c_int
     library.fakecuda_exclusion_resume.argtypes = [ctypes.c_int]
     library.fakecuda_exclusion_resume.restype = None
+    library.fakecuda_count_rest_of_dispatch.argtypes = []
+    library.fakecuda_count_rest_of_dispatch.restype = None
     library.fakecuda_excluded_ns.argtypes = []
     library.fakecuda_excluded_ns.restype = ctypes.c_int64
     library.fakecuda_thread_counted_ns.argtypes = []

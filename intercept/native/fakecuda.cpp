@@ -181,6 +181,37 @@ struct Excluded {
   Excluded& operator=(const Excluded&) = delete;
 };
 
+// One entry per open op dispatch (DispatchSection) on this thread, innermost last: the depth of
+// sections its exclusion was suspended at (fakecuda_count_rest_of_dispatch), or -1. A plain
+// array, trivially destructible like ThreadExclusion; dispatches nested deeper than it holds
+// stay excluded whole.
+constexpr int kMaxDispatchFrames = 256;
+thread_local int t_dispatch_suspended[kMaxDispatchFrames];
+thread_local int t_dispatch_frames = 0;
+
+// RAII around one call of torch's C++ into __torch_dispatch__: excluded, with the dispatch
+// deduction, unless Python hands the rest of it to the script (a tensor subclass's dispatch).
+struct DispatchSection {
+  DispatchSection() {
+    exclusion_enter(/*op_dispatch=*/true);
+    if (t_dispatch_frames < kMaxDispatchFrames) t_dispatch_suspended[t_dispatch_frames] = -1;
+    ++t_dispatch_frames;
+  }
+  ~DispatchSection() {
+    --t_dispatch_frames;
+    if (t_dispatch_frames < kMaxDispatchFrames) {
+      int depth = t_dispatch_suspended[t_dispatch_frames];
+      if (depth > 0) {  // re-enter the suspended sections, to leave them as they were entered
+        exclusion_enter(false);
+        this_thread_exclusion().depth = depth;
+      }
+    }
+    exclusion_exit();
+  }
+  DispatchSection(const DispatchSection&) = delete;
+  DispatchSection& operator=(const DispatchSection&) = delete;
+};
+
 // In a forked child only the forking thread lives on, with a fresh CPU clock; the mutex may have
 // been held by a thread that is gone.
 void exclusion_after_fork_in_child() {
@@ -217,7 +248,7 @@ class ExcludingInterpreter final : public c10::impl::PyInterpreterVTable {
     return callback([&] { return inner_->detach(self); });
   }
   void dispatch(const c10::OperatorHandle& op, torch::jit::Stack* stack) const override {
-    Excluded section(/*op_dispatch=*/true);
+    DispatchSection section;
     inner_->dispatch(op, stack);
   }
   void reportErrorCallback(PyObject* callback_object, c10::DispatchKey key) const override {
@@ -535,6 +566,20 @@ void fakecuda_exclusion_resume(int depth) {
   if (depth <= 0) return;
   exclusion_enter(false);
   this_thread_exclusion().depth = depth;
+}
+// The rest of the innermost op dispatch on the calling thread is the script's CPU time: the fake
+// mode deferred the op to a tensor subclass (DTensor), whose dispatch a real host runs too. The
+// ops that dispatch issues come back through ExcludingInterpreter::dispatch, excluded again.
+void fakecuda_count_rest_of_dispatch() {
+  int frame = t_dispatch_frames - 1;
+  if (frame < 0 || frame >= kMaxDispatchFrames || t_dispatch_suspended[frame] >= 0) return;
+  ThreadExclusion& t = this_thread_exclusion();
+  int depth = t.depth;
+  if (depth > 0) {
+    t.depth = 1;
+    exclusion_exit();
+  }
+  t_dispatch_suspended[frame] = depth;
 }
 // Excluded CPU time of all threads so far, open sections up to now included.
 int64_t fakecuda_excluded_ns() {
