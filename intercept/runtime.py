@@ -31,14 +31,16 @@ from phantora.compute.spec import KernelSpec
 KernelCostModel = Callable[[KernelSpec], KernelCost]
 """The compute model of the rank's GPU (``phantora.compute.ComputeModel.cost``)."""
 
-KERNEL_LAUNCH_OVERHEAD_NS = 9_000
+KERNEL_LAUNCH_OVERHEAD_NS = 5_000
 """CPU time a real host spends on one kernel or collective beyond the script's Python call of
 it: the binding and dispatcher (the fake device's own version of those is kept out of virtual
 time, see ``intercept.clock``), PyTorch's CUDA-side bookkeeping and ``cudaLaunchKernel``.
-Measured on the lent H100 host with torch 2.11: 9.6 us of CPU per ``x.add_(y)`` on 16 floats
-and 11.7 us per ``x + y``, of which the fake device still counts ~0.7-1.3 us as the script's
-Python call; 9 us is the simple ops' remainder. NB: one figure for every op (a small
-``torch.mm`` costs 17.6 us there); a per-op host model is the compute model's job."""
+Measured with torch 2.11 as host CPU per ``x.add_(y)`` on 16 floats (``scripts/
+measure_host_ops.py``, ``scripts/data/host_ops/``) on four lent host instances: 9.6 us (an H100
+host), 6.0 and 5.5 us (2xH200 hosts), 5.7 us (an H100 host); the median, 5.9 us, less the
+~0.7-1.3 us the fake device still counts as the script's Python call. NB: one figure for every
+op (a small ``torch.mm`` costs 13-18 us there); a per-op host model is the compute model's
+job."""
 
 COLLECTIVE_LAUNCH_OVERHEAD_NS = 20_000
 """The same for issuing a collective (ProcessGroupNCCL's work object, its CUDA events and

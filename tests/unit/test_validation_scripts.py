@@ -333,3 +333,35 @@ def test_eight_gpu_points_simulated_without_nvls(collectives_root: Path) -> None
     # the public 8x H100 sweep ran with NVLS: the model may choose it there
     assert vc.config_for(vc.h100_points()[0]).nvls is None
     assert vc.config_for(points[0]).nvls is False
+
+
+# --- validate_accuracy.py: several measuring sessions of one workload ---------------------------
+
+
+def step_log(command: str, name: str, step_ms: list[float], peak_gib: float) -> str:
+    """A measure_steps.py log of one run: its header, step lines, peak and exit."""
+    lines = [f"=== RUN {name}: {command}"]
+    lines += [f"step {i}/{len(step_ms)} | loss 1.0 | {ms:.2f} ms (gpu {ms:.2f} ms) | 1 tok/s"
+              for i, ms in enumerate(step_ms, start=1)]
+    lines += [f"rank 0: max_memory_allocated {peak_gib:.3f} GiB", f"=== EXIT {name}: 0"]
+    return "\n".join(lines) + "\n"
+
+
+def test_sessions_of_one_workload_make_one_case(tmp_path: Path) -> None:
+    """Logs of one workload from three sessions (host instances): one case, measured as the
+    median of the session medians, each session's median kept for the report's range."""
+    import validate_accuracy as va
+
+    machine = tmp_path / "h200x2"
+    machine.mkdir()
+    command = "python3 /x/scenarios/examples/gpt_single.py --model gpt2-124m --steps 4"
+    for session, ms in (("", 30.0), (".b", 27.0), (".c", 40.0)):
+        (machine / f"h200x2_gpt_single{session}.log").write_text(
+            step_log(command, "gpt2-124m-b8", [500.0, 60.0, ms, ms], 9.2))
+    (cases,) = [va.measured_cases(tmp_path)]
+    assert len(cases) == 1
+    case = cases[0]
+    assert sorted(case.session_ms) == [27.0, 30.0, 40.0] and case.measured_ms == 30.0
+    assert case.measured_gib == pytest.approx(9.2)
+    table = va.report([(case, va.Outcome(33.0, 9.2, 1.0, []))])
+    assert "27.0-40.0" in table and "within the measured sessions' range: 1 of 1" in table
