@@ -39,15 +39,8 @@ this GPU, and is left out when there was none. Assuming "in flight for ever" ins
 every backward kernel of a DDP GPT-2 124M step after the first gradient bucket: +18% step time
 (31 ms of stretch over 4 steps, where the collectives' true ends gave 0.17 ms).
 
-The engine places queued items of all streams of a GPU in GPU time order, and a collective
-that its stream has not reached yet because the stream waits for an earlier collective's end
-counts as in flight from when the stream should reach it (``RankDevice.expected_windows``): DDP
-queues each bucket's all-reduce behind the previous one, FSDP2 the next all-gather behind the
-current one. Without that, 2xH200 DDP Llama-1B slowed 120 kernels by 1.0 ms over 8 steps
-(the real matmuls ran 9% slower beside NCCL than alone: 84.9 against 77.8 ms per step,
-``scripts/data/ops/``); with it 2,979 kernels by 60 ms, 7.6 ms per step.
-
-What it misses: a collective issued later in program order than the kernel; the first
+What it misses: a collective that a stream reaches after the kernel has been placed (its stream
+still waiting for an earlier collective's end, or issued later in program order); the first
 occurrence of a collective while its end is pending; the collective's own slowdown behind
 compute (measured x1.1 to x14, see the README: its time is the network model's); whether a
 kernel's end is fixed before or after a collective's end is known can depend on how far the
@@ -164,10 +157,6 @@ class CommWindows:
             self._last_ns[key] = end_ns - start_ns
 
         return ended
-
-    def lasted_ns(self, key: Hashable) -> int | None:
-        """How long the latest collective with ``key`` was in flight here, if one ended."""
-        return self._last_ns.get(key)
 
     def busy(self, since_ns: int) -> list[Busy]:
         """Every window not known to have ended by ``since_ns``, with its expected end.
