@@ -173,6 +173,24 @@ void exclusion_exit() {
   t.entry_ns.store(kClosed);
 }
 
+// Leave every open section of the calling thread (returns their depth), and re-enter them:
+// CPU time in between is the script's even inside a simulator callback.
+int exclusion_suspend() {
+  ThreadExclusion& t = this_thread_exclusion();
+  int depth = t.depth;
+  if (depth > 0) {
+    t.depth = 1;
+    exclusion_exit();
+  }
+  return depth;
+}
+
+void exclusion_resume(int depth) {
+  if (depth <= 0) return;
+  exclusion_enter(false);
+  this_thread_exclusion().depth = depth;
+}
+
 // RAII: exceptions (a Python error surfacing as c10::Error) close the section too.
 struct Excluded {
   explicit Excluded(bool op_dispatch = false) { exclusion_enter(op_dispatch); }
@@ -200,11 +218,8 @@ struct DispatchSection {
   ~DispatchSection() {
     --t_dispatch_frames;
     if (t_dispatch_frames < kMaxDispatchFrames) {
-      int depth = t_dispatch_suspended[t_dispatch_frames];
-      if (depth > 0) {  // re-enter the suspended sections, to leave them as they were entered
-        exclusion_enter(false);
-        this_thread_exclusion().depth = depth;
-      }
+      // re-enter the suspended sections, to leave them as they were entered
+      exclusion_resume(t_dispatch_suspended[t_dispatch_frames]);
     }
     exclusion_exit();
   }
@@ -551,35 +566,16 @@ void fakecuda_exclude_interpreter_callbacks() {
 // Open / close an excluded section on the calling thread (nestable).
 void fakecuda_exclusion_enter() { exclusion_enter(false); }
 void fakecuda_exclusion_exit() { exclusion_exit(); }
-// Leave every open section of the calling thread (returns their depth) and re-enter them: CPU
-// time in between is the script's even inside a simulator callback.
-int fakecuda_exclusion_suspend() {
-  ThreadExclusion& t = this_thread_exclusion();
-  int depth = t.depth;
-  if (depth > 0) {
-    t.depth = 1;
-    exclusion_exit();
-  }
-  return depth;
-}
-void fakecuda_exclusion_resume(int depth) {
-  if (depth <= 0) return;
-  exclusion_enter(false);
-  this_thread_exclusion().depth = depth;
-}
+// Python's handles on exclusion_suspend / exclusion_resume (shim.script_time).
+int fakecuda_exclusion_suspend() { return exclusion_suspend(); }
+void fakecuda_exclusion_resume(int depth) { exclusion_resume(depth); }
 // The rest of the innermost op dispatch on the calling thread is the script's CPU time: the fake
 // mode deferred the op to a tensor subclass (DTensor), whose dispatch a real host runs too. The
 // ops that dispatch issues come back through ExcludingInterpreter::dispatch, excluded again.
 void fakecuda_count_rest_of_dispatch() {
   int frame = t_dispatch_frames - 1;
   if (frame < 0 || frame >= kMaxDispatchFrames || t_dispatch_suspended[frame] >= 0) return;
-  ThreadExclusion& t = this_thread_exclusion();
-  int depth = t.depth;
-  if (depth > 0) {
-    t.depth = 1;
-    exclusion_exit();
-  }
-  t_dispatch_suspended[frame] = depth;
+  t_dispatch_suspended[frame] = exclusion_suspend();
 }
 // Excluded CPU time of all threads so far, open sections up to now included.
 int64_t fakecuda_excluded_ns() {
