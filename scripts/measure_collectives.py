@@ -454,6 +454,21 @@ def _time_op(op: str, nbytes: int, rank: int, ngpus: int, timing: TimingSpec,
     return statistics.median(per_call_us)
 
 
+def init_nccl_rank(rank: int, ngpus: int, port: int, timeout_s: float) -> torch.device:
+    """Join this process to the NCCL group of ``ngpus`` ranks on this host (rendezvous on
+    127.0.0.1:``port``) as ``rank``, on GPU ``rank``; returns that device. Set the NCCL
+    environment first: NCCL reads it when the communicator is made."""
+    import torch
+    import torch.distributed as dist
+
+    device = torch.device("cuda", rank)
+    torch.cuda.set_device(device)
+    dist.init_process_group(
+        "nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=ngpus,
+        device_id=device, timeout=datetime.timedelta(seconds=timeout_s))
+    return device
+
+
 def _worker(args: WorkerArgs, results: Queue[tuple[str, int, object]]) -> None:
     """One rank: NCCL communicator for the variant, then every (op, size) in order."""
     try:
@@ -464,16 +479,9 @@ def _worker(args: WorkerArgs, results: Queue[tuple[str, int, object]]) -> None:
         os.environ.update({"NCCL_DEBUG": args.log_spec.level,
                            "NCCL_DEBUG_SUBSYS": args.log_spec.subsys,
                            "NCCL_DEBUG_FILE": str(args.log_path)})
-        import torch
         import torch.distributed as dist
 
-        device = torch.device("cuda", args.rank)
-        torch.cuda.set_device(device)
-        dist.init_process_group(
-            "nccl", init_method=f"tcp://127.0.0.1:{args.port}", rank=args.rank,
-            world_size=args.ngpus, device_id=device,
-            timeout=datetime.timedelta(seconds=args.timeout_s),
-        )
+        device = init_nccl_rank(args.rank, args.ngpus, args.port, args.timeout_s)
         times = {
             (op, nbytes): _time_op(op, nbytes, args.rank, args.ngpus, args.timing, device)
             for op in args.variant.ops

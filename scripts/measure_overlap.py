@@ -44,7 +44,6 @@ from __future__ import annotations
 import argparse
 import bisect
 import csv
-import datetime
 import math
 import multiprocessing
 import os
@@ -63,6 +62,7 @@ from measure_collectives import (
     NCCL_FUNC,
     SAFETY_ENV,
     free_port,
+    init_nccl_rank,
     nccl_logged_bytes,
     parse_tuning_log,
     system_report,
@@ -476,12 +476,7 @@ def _worker(args: _WorkerArgs, results: Queue[tuple[str, int, object]]) -> None:
         import torch
         import torch.distributed as dist
 
-        device = torch.device("cuda", args.rank)
-        torch.cuda.set_device(device)
-        dist.init_process_group(
-            "nccl", init_method=f"tcp://127.0.0.1:{args.port}", rank=args.rank,
-            world_size=args.ngpus, device_id=device,
-            timeout=datetime.timedelta(seconds=args.timeout_s))
+        device = init_nccl_rank(args.rank, args.ngpus, args.port, args.timeout_s)
         props = torch.cuda.get_device_properties(device)
         streams = _Streams(torch.cuda.Stream(device), torch.cuda.Stream(device))
         plan = args.plan
