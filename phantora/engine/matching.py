@@ -42,6 +42,7 @@ class Member:
     op: Collective
     collective: "PendingCollective"
     ready_ns: int | None = None
+    started: Completion = field(default_factory=Completion)
     done: Completion = field(default_factory=Completion)
 
     def ready(self, ready_ns: int) -> None:
@@ -105,6 +106,9 @@ class PendingCollective:
 
     def member_ready(self) -> None:
         if len(self.members) == len(self.expected) and not self.not_ready():
+            start_ns = self.start_ns
+            for member in self.members.values():
+                member.started.resolve(start_ns)
             self.on_all_ready(self)
 
     @property

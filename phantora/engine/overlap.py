@@ -27,22 +27,36 @@ and GPU run on the copy engines over PCIe and are not slowed.
 
 **The rule** (:class:`CommWindows`, applied by ``phantora.engine.streams``): a kernel's start
 and end are fixed when it reaches the head of its stream, from what the engine knows then. A
-collective is *in flight* on a GPU from the time a stream of it reached the collective (NCCL's
-kernel is resident from then on, also while it waits for peers) until its end. The kernel runs
+collective is *in flight* on a GPU while it moves data: from the time every member's stream has
+reached it until its end (:class:`CommWindow`). While NCCL's kernel waits for a late peer it
+spins on flags and moves nothing; counting that wait made a rank that got ahead slow its own
+kernels, fall behind, and make its peer wait in turn: on 2xH200 DDP Llama-1B the ranks'
+collectives grew from 0.22 to 1.2-2.3 ms and the step by 10% within 8 steps. The kernel runs
 at ``1 / factor`` of its alone speed while any collective is in flight and at full speed
 otherwise, so one that ends inside the kernel stretches only the overlapped part.
 
 A collective's end is often not known yet when a kernel is placed: the network is simulated only
 up to the ranks' host clocks, and in a GPU-bound step the host runs far ahead of the GPU. Such a
-collective is assumed to last as long as its latest occurrence (same op, group and size) did on
-this GPU, and is left out when there was none. Assuming "in flight for ever" instead stretched
+collective is assumed to move data from when this GPU reached it (as if no peer were late) for as
+long as its latest occurrence (same op, group and size) did on this GPU, and is left out when
+there was none. Assuming "in flight for ever" instead stretched
 every backward kernel of a DDP GPT-2 124M step after the first gradient bucket: +18% step time
 (31 ms of stretch over 4 steps, where the collectives' true ends gave 0.17 ms).
 
-What it misses: a collective that a stream reaches after the kernel has been placed (its stream
-still waiting for an earlier collective's end, or issued later in program order); the first
+The engine places queued items of all streams of a GPU in GPU time order, and a collective
+that its stream has not reached yet because the stream waits for an earlier collective's end
+counts as in flight from when the stream should reach it (``RankDevice.expected_windows``): DDP
+queues each bucket's all-reduce behind the previous one, FSDP2 the next all-gather behind the
+current one. Without that, 2xH200 DDP Llama-1B slowed 120 kernels by 1.0 ms over 8 steps
+(the real matmuls ran 9% slower beside NCCL than alone: 84.9 against 77.8 ms per step,
+``scripts/data/ops/``); with it (and in flight only while moving data) 970 kernels by 1.9 ms
+per step, and the simulated step moved from -3.6% to -2.3% of the measured one.
+
+What it misses: a collective issued later in program order than the kernel; the first
 occurrence of a collective while its end is pending; the collective's own slowdown behind
-compute (measured x1.1 to x14, see the README: its time is the network model's); whether a
+compute (measured x1.1 to x14, see the README: its time is the network model's), which also
+keeps it in flight longer than modelled here: the real matmuls of DDP Llama-1B ran 7.1 ms per
+step slower beside NCCL, the model slows all kernels by 1.9 ms; whether a
 kernel's end is fixed before or after a collective's end is known can depend on how far the
 other ranks have run (identical results in repeated reproducible runs of the DDP example, but
 not guaranteed by construction); GPUs other than the H200 use its curves; several collectives
@@ -127,36 +141,57 @@ def stretched_end_ns(start_ns: int, duration_ns: int, factor: float,
     return round(now + left)
 
 
-class _Window:
-    __slots__ = ("end_ns", "key", "start_ns")
+class CommWindow:
+    """One collective on this GPU: reached by its stream, moving data once every member has
+    reached it, ended. Feed it :meth:`moving` and :meth:`ended` as those times become known."""
 
-    def __init__(self, start_ns: int, key: Hashable) -> None:
-        self.start_ns = start_ns
+    __slots__ = ("_windows", "end_ns", "key", "moving_ns", "reached_ns")
+
+    def __init__(self, windows: "CommWindows", reached_ns: int, key: Hashable) -> None:
+        self._windows = windows
+        self.reached_ns = reached_ns
         self.key = key
+        self.moving_ns: int | None = None
         self.end_ns: int | None = None
+
+    def moving(self, start_ns: int) -> None:
+        """Every member reached the collective at ``start_ns``: its data moves from then."""
+        self.moving_ns = start_ns
+
+    def ended(self, end_ns: int) -> None:
+        self.end_ns = end_ns
+        self._windows.record(self.key, end_ns - self.start_ns)
+
+    @property
+    def start_ns(self) -> int:
+        """When the collective starts to slow kernels: when its data moves, or, while that is
+        not known yet, when this GPU reached it (as if no peer were late)."""
+        return self.reached_ns if self.moving_ns is None else self.moving_ns
 
 
 class CommWindows:
     """The collectives in flight on one GPU, as far as the engine knows them when it places a
-    kernel. A collective whose end is still pending is assumed to last as long as the latest
-    one with the same key (op, group, size) did on this GPU; with no such one it is left out
-    (see the module docstring for why not "for ever")."""
+    kernel. A collective whose end is still pending is assumed to move data as long as the
+    latest one with the same key (op, group, size) did on this GPU; with no such one it is
+    left out (see the module docstring for why not "for ever")."""
 
     def __init__(self) -> None:
-        self._open: list[_Window] = []
+        self._open: list[CommWindow] = []
         self._last_ns: dict[Hashable, int] = {}
-        """Key -> how long its latest occurrence was in flight here."""
+        """Key -> how long its latest occurrence moved data here."""
 
-    def reached(self, start_ns: int, key: Hashable) -> Callable[[int], None]:
-        """A stream reached a collective at ``start_ns``; call the result with its end."""
-        window = _Window(start_ns, key)
+    def reached(self, reached_ns: int, key: Hashable) -> CommWindow:
+        """A stream reached a collective at ``reached_ns``."""
+        window = CommWindow(self, reached_ns, key)
         self._open.append(window)
+        return window
 
-        def ended(end_ns: int) -> None:
-            window.end_ns = end_ns
-            self._last_ns[key] = end_ns - start_ns
+    def record(self, key: Hashable, lasted_ns: int) -> None:
+        self._last_ns[key] = lasted_ns
 
-        return ended
+    def lasted_ns(self, key: Hashable) -> int | None:
+        """How long the latest collective with ``key`` moved data here, if one ended."""
+        return self._last_ns.get(key)
 
     def busy(self, since_ns: int) -> list[Busy]:
         """Every window not known to have ended by ``since_ns``, with its expected end.
@@ -167,11 +202,11 @@ class CommWindows:
         self._open = [w for w in self._open if w.end_ns is None or w.end_ns > since_ns]
         spans: list[Busy] = []
         for window in self._open:
-            end_ns = window.end_ns
+            start_ns, end_ns = window.start_ns, window.end_ns
             if end_ns is None and window.key in self._last_ns:
-                end_ns = window.start_ns + self._last_ns[window.key]
+                end_ns = start_ns + self._last_ns[window.key]
             if end_ns is not None:
-                spans.append((window.start_ns, end_ns))
+                spans.append((start_ns, end_ns))
         return spans
 
 

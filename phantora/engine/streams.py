@@ -28,6 +28,7 @@ from typing import Protocol
 from intercept.protocol import Collective, EventRecord, Kernel, Op, StreamWait
 from phantora.engine.overlap import (
     MEASURED_OVERLAP,
+    Busy,
     CommWindows,
     OverlapModel,
     stretched_end_ns,
@@ -95,6 +96,8 @@ def all_of(completions: Iterable[Completion]) -> Completion:
 class CollectivePort(Protocol):
     """A rank's share of a collective, as its stream sees it (made by the matcher)."""
 
+    started: Completion
+    """Resolved with the time every member has reached the collective (its data moves)."""
     done: Completion
     """Resolved with the collective's end time."""
 
@@ -119,6 +122,16 @@ class KernelSpan:
 
 
 class _Item(Protocol):
+    def expected_end_ns(self, free_ns: int, device: "RankDevice") -> int | None:
+        """When the item would end if its stream were free at ``free_ns``, as far as can be
+        told now (``None``: not yet); for the collectives expected in flight (see
+        :meth:`RankDevice.expected_windows`)."""
+        ...
+
+    def ready_ns(self, stream: "_Stream") -> int:
+        """The earliest GPU time the item can take effect at the stream's head (as known)."""
+        ...
+
     def proceed(self, stream: "_Stream") -> Completion | None:
         """Apply the item at the stream's head; return what it waits for, or ``None`` if done."""
         ...
@@ -132,6 +145,12 @@ class _KernelItem:
 
     def __init__(self, op: Kernel) -> None:
         self.op = op
+
+    def ready_ns(self, stream: "_Stream") -> int:
+        return max(self.op.at_ns, stream.free_ns + stream.device.kernel_gap_ns)
+
+    def expected_end_ns(self, free_ns: int, device: "RankDevice") -> int:
+        return max(self.op.at_ns, free_ns + device.kernel_gap_ns) + self.op.duration_ns
 
     def proceed(self, stream: "_Stream") -> None:
         op = self.op
@@ -153,6 +172,12 @@ class _RecordItem:
         self.at_ns = at_ns
         self.completion = completion
 
+    def ready_ns(self, stream: "_Stream") -> int:
+        return max(self.at_ns, stream.free_ns)
+
+    def expected_end_ns(self, free_ns: int, device: "RankDevice") -> int:
+        return max(self.at_ns, free_ns)
+
     def proceed(self, stream: "_Stream") -> None:
         self.completion.resolve(max(self.at_ns, stream.free_ns))
 
@@ -168,6 +193,13 @@ class _WaitItem:
         self.recorded_on = recorded_on
         self.completion = completion
 
+    def ready_ns(self, stream: "_Stream") -> int:
+        return max(stream.free_ns, self.completion.time_ns or 0)
+
+    def expected_end_ns(self, free_ns: int, device: "RankDevice") -> int | None:
+        recorded_ns = self.completion.time_ns
+        return None if recorded_ns is None else max(free_ns, recorded_ns)
+
     def proceed(self, stream: "_Stream") -> Completion | None:
         if self.completion.time_ns is None:
             return self.completion
@@ -179,21 +211,33 @@ class _WaitItem:
 
 
 class _CollectiveItem:
-    __slots__ = ("op", "port", "reached")
+    __slots__ = ("key", "op", "port", "reached_ns")
 
     def __init__(self, op: Collective, port: CollectivePort) -> None:
         self.op = op
         self.port = port
-        self.reached = False
+        self.key = (op.group, op.op, op.ranks, op.nbytes, op.splits)
+        self.reached_ns: int | None = None
+
+    def ready_ns(self, stream: "_Stream") -> int:
+        return max(self.op.at_ns, stream.free_ns)
+
+    def expected_end_ns(self, free_ns: int, device: "RankDevice") -> int | None:
+        if self.port.done.time_ns is not None:
+            return max(free_ns, self.port.done.time_ns)
+        lasted_ns = device.comm_windows.lasted_ns(self.key)
+        if lasted_ns is None:
+            return None
+        start_ns = self.reached_ns if self.reached_ns is not None else max(self.op.at_ns,
+                                                                           free_ns)
+        return start_ns + lasted_ns
 
     def proceed(self, stream: "_Stream") -> Completion | None:
-        if not self.reached:
-            self.reached = True
-            op = self.op
-            ready_ns = max(op.at_ns, stream.free_ns)
-            # NCCL's kernel holds its SMs from here (waiting for peers too) until the end.
-            self.port.done.then(stream.device.comm_windows.reached(
-                ready_ns, (op.group, op.op, op.ranks, op.nbytes, op.splits)))
+        if self.reached_ns is None:
+            ready_ns = self.reached_ns = max(self.op.at_ns, stream.free_ns)
+            window = stream.device.comm_windows.reached(ready_ns, self.key)
+            self.port.started.then(window.moving)
+            self.port.done.then(window.ended)
             self.port.ready(ready_ns)
         done = self.port.done
         if done.time_ns is None:
@@ -220,16 +264,11 @@ class _Stream:
     def push(self, item: _Item) -> None:
         self.queue.append(item)
         if len(self.queue) == 1:
-            self._drain()
+            self.device.drain(self)
 
-    def _drain(self, _: int = 0) -> None:
-        queue = self.queue
-        while queue:
-            waiting_for = queue[0].proceed(self)
-            if waiting_for is not None:
-                waiting_for.then(self._drain)
-                return
-            queue.popleft()
+    def unblocked(self, _: int = 0) -> None:
+        """What the head item waited for is known: drain on (see :meth:`RankDevice.drain`)."""
+        self.device.drain(self)
 
     def marker(self) -> Completion:
         """Completes when everything queued so far has."""
@@ -256,17 +295,78 @@ class RankDevice:
         self._events: dict[int, tuple[int, Completion]] = {}
         """Event id -> (stream, completion) of its latest record in program order."""
         self.comm_windows = CommWindows()
+        self._runnable: dict[int, _Stream] = {}
+        """Streams with an item at their head that may proceed (see :meth:`drain`)."""
+        self._draining = False
         self.spans: list[KernelSpan] = []
         self.kernels = 0
         self.slowed_kernels = 0
         self.overlap_extra_ns = 0
         """How many kernels overlapping a collective were slowed, and by how much in all."""
 
+    def drain(self, stream: _Stream) -> None:
+        """Apply queued items of ``stream`` (and of every stream this unblocks) in GPU time
+        order, until each waits for a time not known yet or has none left.
+
+        In time order rather than one stream after another, so that a collective a stream
+        reaches is in flight (:class:`CommWindows`) before the kernels that start after it are
+        placed: FSDP2's next all-gather, queued right behind the event that lets the layer's
+        matmuls run, and DDP's bucket all-reduce, unblocked by an event in the middle of the
+        backward kernels, both overlap the kernels placed after them (:meth:`kernel_end_ns`).
+        Start and end times do not depend on the order; only what is known to be in flight
+        when a kernel is placed does. Ties go to the lower stream id (deterministic).
+        """
+        self._runnable[stream.stream_id] = stream
+        if self._draining:
+            return
+        self._draining = True
+        try:
+            runnable = self._runnable
+            while runnable:
+                head = min(runnable.values(),
+                           key=lambda s: (s.queue[0].ready_ns(s), s.stream_id))
+                waiting_for = head.queue[0].proceed(head)
+                if waiting_for is not None:
+                    del runnable[head.stream_id]
+                    waiting_for.then(head.unblocked)
+                    continue
+                head.queue.popleft()
+                if not head.queue:
+                    del runnable[head.stream_id]
+        finally:
+            self._draining = False
+
+    def expected_windows(self, besides: int) -> list[Busy]:
+        """The collectives queued on this GPU's streams other than ``besides`` that their
+        stream has not reached yet, each expected in flight from when its stream should
+        reach it for as long as its latest occurrence lasted here.
+
+        A stream waiting for a collective whose end is not known yet (the network is
+        simulated only up to the hosts' clocks, behind a GPU-bound step's GPU) holds the
+        collectives queued behind it: DDP's next bucket all-reduce, FSDP2's next all-gather.
+        Their starts are extrapolated through the queue (kernels by their durations, event
+        waits by their known times) up to the first item that cannot be told yet.
+        """
+        spans: list[Busy] = []
+        for stream in self._streams.values():
+            if stream.stream_id == besides or stream.stream_id in self._runnable:
+                continue
+            free_ns: int | None = stream.free_ns
+            for item in stream.queue:
+                if free_ns is None:
+                    break
+                end_ns = item.expected_end_ns(free_ns, self)
+                if (isinstance(item, _CollectiveItem) and item.reached_ns is None
+                        and end_ns is not None):
+                    spans.append((max(item.op.at_ns, free_ns), end_ns))
+                free_ns = end_ns
+        return spans
+
     def kernel_end_ns(self, op: Kernel, start_ns: int) -> int:
         """When ``op``, starting at ``start_ns``, ends: slowed where it overlaps collectives
-        in flight on this GPU as known now."""
+        in flight on this GPU as known now, or expected to be (:meth:`expected_windows`)."""
         alone_end_ns = start_ns + op.duration_ns
-        busy = self.comm_windows.busy(op.at_ns)
+        busy = self.comm_windows.busy(op.at_ns) + self.expected_windows(op.stream)
         if self._overlap is None or not busy:
             return alone_end_ns
         factor = self._overlap.factor(op.name, op.flops, op.duration_ns)

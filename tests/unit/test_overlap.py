@@ -23,9 +23,10 @@ FLAT = OverlapModel(SlowdownCurve(((1, 2.0),)), SlowdownCurve(((1, 1.5),)))
 
 
 class Port:
-    """A collective's share as the stream sees it; the test resolves its end."""
+    """A collective's share as the stream sees it; the test resolves its start and end."""
 
     def __init__(self) -> None:
+        self.started = Completion()
         self.done = Completion()
         self.ready_ns: int | None = None
 
@@ -160,6 +161,32 @@ def test_collective_ending_inside_the_kernel_slows_only_the_overlap() -> None:
     ports[0].done.resolve(500)
     gpu.apply(mm(100, 1000))  # 100..500 at half speed (200 of work), 800 left after
     assert gpu.spans[0].end_ns == 1300
+
+
+def test_waiting_for_peers_does_not_slow_kernels() -> None:
+    """In flight from when every member reached it (data moves), not from this GPU's reach."""
+    gpu, ports = device()
+    gpu.apply(collective(0))
+    ports[0].started.resolve(1000)  # the peer reached it at 1000
+    ports[0].done.resolve(1300)
+    gpu.apply(mm(10, 1000))  # 10..1000 alone (990 of work), 1000..1020 at half speed
+    assert gpu.spans[0].end_ns == 1020
+    gpu.apply(collective(2000))  # pending: expected to move data 2000..2300, not 2000..3300
+    gpu.apply(mm(2200, 1000))  # 2200..2300 at half speed (50 of work), 950 left after
+    assert gpu.spans[1].end_ns == 3250
+
+
+def test_collective_queued_behind_a_pending_one_is_expected_in_flight() -> None:
+    """DDP's next bucket all-reduce and FSDP2's next all-gather wait in their stream behind a
+    collective whose end the network has not reached yet; they still slow the kernels that
+    run when their stream should reach them."""
+    gpu, ports = device()
+    gpu.apply(collective(0))
+    ports[0].done.resolve(300)  # lasted 300
+    gpu.apply(collective(1000))  # pending: expected 1000..1300
+    gpu.apply(collective(1100))  # queued behind it: expected 1300..1600
+    gpu.apply(mm(1400, 1000))  # 1400..1600 at half speed (100 of work), 900 left after
+    assert gpu.spans[0].end_ns == 2500
 
 
 def test_memory_bound_kernel_uses_its_own_factor() -> None:
