@@ -11,9 +11,12 @@ bytes, which are never 0 for an op that touches a tensor.
 
 Bytes = bytes read + bytes written, counted as the memory the tensors span: a broadcast
 (stride-0) dimension is read once, not once per element of the view.
-NB: an in-place op counts its mutated input as read and written; the ops in
-``WRITE_ONLY_DESTINATION`` do not read their destination, so it is counted once, and the
-``GATHERS`` read only the rows they pick from their first argument.
+NB: an in-place op counts its mutated input as read and written (multi-tensor ops such as
+``_foreach_mul_`` and the fused optimizers return nothing: their mutated lists are counted as
+written from the schema, see :func:`_written_in_place`); the ops in ``WRITE_ONLY_DESTINATION``
+do not read their destination, so it is counted once, and the ``GATHERS`` read only the rows
+they pick from their first argument. This is how ``scripts/measure_kernels.py`` counts the
+bytes of the rows it times, so a launch and its table row agree.
 """
 
 from collections.abc import Callable
@@ -46,7 +49,13 @@ GATHERS: dict[Any, Callable[[tuple[Any, ...], Any], int]] = {
 """Ops that read a few rows of their first argument, not all of it: elements they gather
 (an embedding reads one row per token, the loss one logit per target)."""
 
+READ_ONLY_DESPITE_SCHEMA = frozenset({"grads"})
+"""Arguments the fused optimizers' schemas mark mutable (``grads(b!)``, for unscaling) that
+their kernels only read: the measured rows count them as read once (AdamW: 28 bytes per
+parameter, reading p, g, m, v and writing p, m, v)."""
+
 _CAUSAL_ARGUMENT = "is_causal"
+_written_positions: dict[Any, tuple[int, ...]] = {}
 _flops_cache: dict[tuple[Any, ...], int] = {}
 _causal_index: dict[Any, int | None] = {}
 
@@ -61,7 +70,23 @@ def op_cost(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) 
     if kwargs:
         read += sum(tensor_bytes(t) for t in flat_tensors(kwargs))
     written = sum(tensor_bytes(t) for t in flat_tensors(out))
+    written += sum(tensor_bytes(t) for t in flat_tensors(_written_in_place(func, args)))
     return flops(func, args, kwargs, out), read + written
+
+
+def _written_in_place(func: Any, args: tuple[Any, ...]) -> list[Any]:
+    """The positional arguments an op writes without returning them: what a schema with no
+    returns marks mutable (``_foreach_add_(Tensor(a!)[] self, ...) -> ()``). An op that
+    returns its mutated input (``add_``) has it counted with its output already."""
+    positions = _written_positions.get(func)
+    if positions is None:
+        schema = func._schema
+        positions = () if schema.returns else tuple(
+            index for index, argument in enumerate(schema.arguments)
+            if argument.alias_info is not None and argument.alias_info.is_write
+            and not argument.kwarg_only and argument.name not in READ_ONLY_DESPITE_SCHEMA)
+        _written_positions[func] = positions
+    return [args[index] for index in positions if index < len(args)]
 
 
 def kernel_spec(name: str, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any],

@@ -103,3 +103,19 @@ def test_gathers_count_the_rows_they_read_not_the_whole_table() -> None:
     out = aten.embedding.default(weight, tokens)
     _, nbytes = op_costs.op_cost(aten.embedding.default, (weight, tokens), {}, out)
     assert nbytes == 8 * 2048 + 2 * 4 * 2048 * 768  # indices, gathered rows, output
+
+
+def test_multi_tensor_in_place_ops_count_their_writes() -> None:
+    """They return nothing: the lists they mutate are written as well as read, as the
+    measured rows count them (AdamW: read p, g, m, v and write p, m, v = 28 B per fp32 value)."""
+    params, grads, exp_avgs, exp_avg_sqs = ([meta(100), meta(300)] for _ in range(4))
+    steps = [meta(1), meta(1)]
+    _, adamw_bytes = op_costs.op_cost(
+        aten._fused_adamw_.default, (params, grads, exp_avgs, exp_avg_sqs, [], steps),
+        {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "weight_decay": 0.0, "eps": 1e-8,
+         "amsgrad": False, "maximize": False}, None)
+    assert adamw_bytes == 28 * 400 + 4 * 2
+    _, add_bytes = op_costs.op_cost(aten._foreach_add_.List, (params, grads), {}, None)
+    assert add_bytes == 12 * 400
+    _, zero_bytes = op_costs.op_cost(aten._foreach_zero_.default, (grads,), {}, None)
+    assert zero_bytes == 4 * 400
