@@ -35,7 +35,7 @@ import torch.cuda.nvtx
 import torch.distributed.tensor._sharding_prop
 import torch.optim.optimizer
 import torch.utils._foreach_utils
-from torch._subclasses.fake_tensor import FakeTensor
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from intercept import cuda_ops, fake_mode, shim
 from phantora.cluster.catalogue import GpuSpec
@@ -285,6 +285,40 @@ def sharding_propagation_shapes_only(original: Callable[..., Any]) -> Callable[.
             return original(self, op_schema)
 
     return propagate
+
+
+def push_mode_counting_its_dispatch(original: Callable[..., Any]) -> Callable[..., Any]:
+    """A script's own dispatch mode runs on a real host too (selective activation
+    checkpointing caches or replays every op through one). torch calls its
+    ``__torch_dispatch__`` from inside the call into Python that the shim excludes for the
+    fake mode, so the mode's class gets a dispatch that first hands the rest of that call to
+    the script's time; the op it forwards comes back to the fake mode excluded again.
+    Fake tensor modes (the simulator's own, DTensor's shape propagation) keep their own
+    accounting. Patched on the class, not the instance: a bound method kept on the mode would
+    be a reference cycle, keeping a checkpoint's cached activations alive until a collection."""
+
+    @functools.wraps(original)
+    def push_mode(mode: Any, *args: Any, **kwargs: Any) -> Any:
+        mode_class = type(mode)
+        dispatch = mode_class.__torch_dispatch__
+        if not isinstance(mode, FakeTensorMode) and not getattr(dispatch, _COUNTED, False):
+            mode_class.__torch_dispatch__ = _counting_dispatch(dispatch)
+        return original(mode, *args, **kwargs)
+
+    return push_mode
+
+
+_COUNTED = "_phantora_counts_as_script"
+
+
+def _counting_dispatch(dispatch: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(dispatch)
+    def counted_dispatch(*args: Any, **kwargs: Any) -> Any:
+        shim.count_rest_of_dispatch()
+        return dispatch(*args, **kwargs)
+
+    setattr(counted_dispatch, _COUNTED, True)
+    return counted_dispatch
 
 
 def storage_resize_reallocating(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -586,6 +620,8 @@ PATCHES: tuple[Patch | Wrap | Register, ...] = (
       for op in cuda_ops.FUSED_ON_CUDA),
     # compilation and threads
     Wrap("torch.compile", compile_with_runnable_backend, "inductor needs real buffers + Triton"),
+    Wrap("torch.utils._python_dispatch._push_mode", push_mode_counting_its_dispatch,
+         "a script's dispatch mode would run inside the shim's excluded call, for free"),
     Wrap("threading.Thread._bootstrap_inner", fake_mode.bootstrap_thread_under_mode,
          "dispatch modes are thread-local; script threads must make fake tensors too"),
 )
