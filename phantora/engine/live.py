@@ -484,17 +484,21 @@ class LiveEngine:
         collective, dag = self._running.pop(done.ticket)
         self._matcher.finish(collective)
         self._counts["collectives"] += 1
+        # Its steps couple the members: it ends when the one slowed most by its GPU's kernels does.
+        end_ns = max(self._ranks[member.rank].device.collective_end_ns(collective.start_ns,
+                                                                       done.end_ns)
+                     for member in collective.members.values())
         record = CollectiveRecord(collective.op_name, collective.group, collective.seq,
                                   collective.nbytes, collective.ranks, collective.start_ns,
-                                  done.end_ns, dag.algorithm, dag.protocol, dag.channels,
+                                  end_ns, dag.algorithm, dag.protocol, dag.channels,
                                   len(dag.flows))
         self._records.append(record)
         for key in sorted(collective.members):
             member = collective.members[key]
             assert member.ready_ns is not None
             self._member_spans.append(CollectiveSpan(member.rank, member.op.stream, member.op.op,
-                                                     member.ready_ns, done.end_ns, record))
-            member.done.resolve(done.end_ns)
+                                                     member.ready_ns, end_ns, record))
+            member.done.resolve(end_ns)
 
     # -- reports ----------------------------------------------------------------------------
 

@@ -52,15 +52,27 @@ current one. Without that, 2xH200 DDP Llama-1B slowed 120 kernels by 1.0 ms over
 ``scripts/data/ops/``); with it (and in flight only while moving data) 970 kernels by 1.9 ms
 per step, and the simulated step moved from -3.6% to -2.3% of the measured one.
 
+**The other way round** (:func:`collective_end_ns`, applied when the network model finishes a
+collective): the kernels slow the collective too. Measured beside the same kernels, the
+256 MiB collectives took x1.10 (GEMM 2048^3), x1.23 (4096^3) and x2.34 (8192^3) longer, x1.11
+(layer_norm) and x1.82 (add); 16 MiB calls x1.4 to x13, about one kernel's duration more than
+alone. The model: NCCL's blocks get SMs only once the kernels running when the collective
+starts have ended, then it progresses at ``1 / factor`` beside each kernel, the factor read off
+the 256 MiB curves by the kernel's kind and alone duration. The collective ends when its most
+slowed member does (its ring steps couple them). On 2xH200 DDP Llama-1B this took the
+all-reduces of 42-67 MB from 145-220 us to 305-423 us (the real rank 0 profile reads 487 us on
+average, waiting for the peer included) and the step from -2.3% to -1.0% (reproducible mode).
+
 What it misses: a collective issued later in program order than the kernel; the first
-occurrence of a collective while its end is pending; the collective's own slowdown behind
-compute (measured x1.1 to x14, see the README: its time is the network model's), which also
-keeps it in flight longer than modelled here: the real matmuls of DDP Llama-1B ran 7.1 ms per
-step slower beside NCCL, the model slows all kernels by 1.9 ms; whether a
-kernel's end is fixed before or after a collective's end is known can depend on how far the
-other ranks have run (identical results in repeated reproducible runs of the DDP example, but
-not guaranteed by construction); GPUs other than the H200 use its curves; several collectives
-in flight at once count as one.
+occurrence of a collective while its end is pending; FSDP2's collectives still run shorter than
+the real ones (Llama-1B all-gather 447 against 842 us, reduce-scatter 744 against 1520 us in the
+real rank 0 profile, which includes waiting for the peer), so the kernels beside them are
+slowed less (4.7 ms per step against +9.9 ms for the real matmuls); the kernels' slowdown by a
+collective's stretched part, placed before its end was known; whether a kernel's end is fixed
+before or after a collective's end is known can depend on how far the other ranks have run
+(identical results in repeated reproducible runs of the DDP example, but not guaranteed by
+construction); GPUs other than the H200 use its curves; several collectives in flight at once
+count as one.
 """
 
 import itertools
@@ -103,17 +115,61 @@ class SlowdownCurve:
 
 @dataclass(frozen=True, slots=True)
 class OverlapModel:
-    """How much a collective in flight on the GPU slows a kernel, by kind and duration."""
+    """How much a collective in flight slows a kernel (``compute``, ``memory``), and how much
+    a kernel slows a collective in flight (``collective_*``), by the kernel's kind and
+    duration alone."""
 
     compute: SlowdownCurve
     memory: SlowdownCurve
+    collective_by_compute: SlowdownCurve = SlowdownCurve(((1, 1.0),))
+    collective_by_memory: SlowdownCurve = SlowdownCurve(((1, 1.0),))
 
     def factor(self, name: str, flops: int, duration_ns: int) -> float:
         """The slowdown of kernel ``name`` (``duration_ns`` alone) under a collective."""
         if name in (MEMCPY_HTOD, MEMCPY_DTOH):
             return 1.0
-        curve = self.compute if flops > 0 and not is_memory_bound(name) else self.memory
+        curve = self.compute if _is_compute(name, flops) else self.memory
         return curve.factor(duration_ns)
+
+    def collective_factor(self, name: str, flops: int, duration_ns: int) -> float:
+        """The slowdown of a collective while kernel ``name`` (``duration_ns`` alone) runs."""
+        if name in (MEMCPY_HTOD, MEMCPY_DTOH):
+            return 1.0
+        curve = (self.collective_by_compute if _is_compute(name, flops)
+                 else self.collective_by_memory)
+        return curve.factor(duration_ns)
+
+
+def _is_compute(name: str, flops: int) -> bool:
+    return flops > 0 and not is_memory_bound(name)
+
+
+Slowing = tuple[int, int, float]
+"""``(start_ns, end_ns, factor)`` of a kernel as placed, and how much it slows a collective."""
+
+
+def collective_end_ns(start_ns: int, end_ns: int, kernels: Iterable[Slowing]) -> int:
+    """End of a collective that moves data from ``start_ns`` to ``end_ns`` alone (the network
+    model's time), on a GPU running ``kernels`` beside it. NCCL's blocks get SMs only as the
+    blocks of the kernels running when it starts retire, so it moves nothing until those end;
+    then it progresses at ``1 / factor`` of its speed while a kernel runs beside it (where
+    kernels overlap each other, each counts from where the one before it ended)."""
+    left: float = end_ns - start_ns
+    beside = sorted(k for k in kernels if k[1] > start_ns)
+    now: float = max((hi for lo, hi, _ in beside if lo <= start_ns), default=start_ns)
+    for lo, hi, factor in beside:
+        if hi <= now:
+            continue
+        if lo > now:
+            if left <= lo - now:
+                break
+            left -= lo - now
+            now = lo
+        if left * factor <= hi - now:
+            return round(now + left * factor)
+        left -= (hi - now) / factor
+        now = hi
+    return round(now + left)
 
 
 def stretched_end_ns(start_ns: int, duration_ns: int, factor: float,
@@ -189,6 +245,10 @@ class CommWindows:
     def record(self, key: Hashable, lasted_ns: int) -> None:
         self._last_ns[key] = lasted_ns
 
+    def open_since_ns(self) -> int:
+        """The earliest reach of a collective whose end is not known yet (far future: none)."""
+        return min((w.reached_ns for w in self._open if w.end_ns is None), default=1 << 62)
+
     def lasted_ns(self, key: Hashable) -> int | None:
         """How long the latest collective with ``key`` moved data here, if one ended."""
         return self._last_ns.get(key)
@@ -216,6 +276,10 @@ MEASURED_OVERLAP = OverlapModel(
     compute=SlowdownCurve(((27_335, 1.691), (177_701, 1.296), (1_414_905, 1.089))),
     # layer_norm [8192, 4096] and add of two 256 MiB tensors, bf16, averaged the same way.
     memory=SlowdownCurve(((58_678, 1.310), (187_845, 1.141))),
+    # The collectives' slowdown beside the same kernels, 256 MiB calls (training buckets and
+    # FSDP's per-layer calls are 10-500 MiB; 16 MiB calls were slowed 1.4-13x, starved of SMs).
+    collective_by_compute=SlowdownCurve(((27_335, 1.100), (177_701, 1.231), (1_414_905, 2.337))),
+    collective_by_memory=SlowdownCurve(((58_678, 1.112), (187_845, 1.818))),
 )
 """2x H200, ``scripts/data/overlap/h200x2/results.csv``; the test suite checks these points
 against that file."""

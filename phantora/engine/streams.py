@@ -31,6 +31,8 @@ from phantora.engine.overlap import (
     Busy,
     CommWindows,
     OverlapModel,
+    Slowing,
+    collective_end_ns,
     stretched_end_ns,
 )
 from phantora.errors import SimulationError
@@ -299,6 +301,9 @@ class RankDevice:
         """Streams with an item at their head that may proceed (see :meth:`drain`)."""
         self._draining = False
         self.spans: list[KernelSpan] = []
+        self._slowing: deque[Slowing] = deque()
+        """Kernels placed since the earliest collective still in flight, with how much each
+        slows a collective (:meth:`collective_end_ns`)."""
         self.kernels = 0
         self.slowed_kernels = 0
         self.overlap_extra_ns = 0
@@ -366,15 +371,36 @@ class RankDevice:
         """When ``op``, starting at ``start_ns``, ends: slowed where it overlaps collectives
         in flight on this GPU as known now, or expected to be (:meth:`expected_windows`)."""
         alone_end_ns = start_ns + op.duration_ns
+        if self._overlap is None:
+            return alone_end_ns
         busy = self.comm_windows.busy(op.at_ns) + self.expected_windows(op.stream)
-        if self._overlap is None or not busy:
+        if not busy:
+            self._remember(op, start_ns, alone_end_ns)
             return alone_end_ns
         factor = self._overlap.factor(op.name, op.flops, op.duration_ns)
         end_ns = stretched_end_ns(start_ns, op.duration_ns, factor, busy)
         if end_ns > alone_end_ns:
             self.slowed_kernels += 1
             self.overlap_extra_ns += end_ns - alone_end_ns
+        self._remember(op, start_ns, end_ns)
         return end_ns
+
+    def _remember(self, op: Kernel, start_ns: int, end_ns: int) -> None:
+        assert self._overlap is not None
+        factor = self._overlap.collective_factor(op.name, op.flops, op.duration_ns)
+        if factor > 1.0:
+            self._slowing.append((start_ns, end_ns, factor))
+
+    def collective_end_ns(self, start_ns: int, end_ns: int) -> int:
+        """When a collective that moved data from ``start_ns`` to ``end_ns`` in the network
+        model ends on this GPU, slowed by the kernels placed beside it (NCCL's blocks share
+        the SMs and memory bandwidth with them; see ``phantora.engine.overlap``). Forgets the
+        kernels that ended before every collective still in flight here started."""
+        slowing = self._slowing
+        floor_ns = min(self.comm_windows.open_since_ns(), start_ns)
+        while slowing and slowing[0][1] <= floor_ns:
+            slowing.popleft()
+        return collective_end_ns(start_ns, end_ns, slowing)
 
     def apply(self, op: Op) -> None:
         """Queue one op (in the rank's program order)."""

@@ -13,13 +13,18 @@ from phantora.engine.overlap import (
     MEASURED_OVERLAP,
     OverlapModel,
     SlowdownCurve,
+    collective_end_ns,
     stretched_end_ns,
 )
 from phantora.engine.streams import Completion, RankDevice
 
 RESULTS = Path(__file__).parents[2] / "scripts/data/overlap/h200x2/results.csv"
 FLAT = OverlapModel(SlowdownCurve(((1, 2.0),)), SlowdownCurve(((1, 1.5),)))
-"""Factor 2 for compute kernels, 1.5 for memory-bound ones, whatever their duration."""
+"""Factor 2 for compute kernels, 1.5 for memory-bound ones, whatever their duration; collectives
+are not slowed by kernels."""
+MUTUAL = OverlapModel(SlowdownCurve(((1, 2.0),)), SlowdownCurve(((1, 1.5),)),
+                      SlowdownCurve(((1, 2.0),)), SlowdownCurve(((1, 4.0),)))
+"""FLAT, and kernels slow a collective beside them 2x (compute) or 4x (memory-bound)."""
 
 
 class Port:
@@ -95,24 +100,49 @@ def test_factor_by_kind() -> None:
     assert FLAT.factor(MEMCPY_HTOD, 0, 1000) == 1.0  # copy engine over PCIe
 
 
-def test_measured_curves_match_the_measurement() -> None:
-    """Each curve point is the kernel's alone time and slowdown averaged over results.csv."""
+def measured_points(column: str, coll_bytes: int | None = None
+                    ) -> dict[str, list[tuple[int, float]]]:
+    """Per kernel kind: (kernel alone ns, mean of ``column``) from results.csv, over every
+    collective (of ``coll_bytes`` if given)."""
     alone: defaultdict[str, list[float]] = defaultdict(list)
     slowdown: defaultdict[str, list[float]] = defaultdict(list)
     kind: dict[str, str] = {}
     with RESULTS.open(newline="") as handle:
         for row in csv.DictReader(handle):
             alone[row["kernel"]].append(float(row["k_alone_mean_us"]))
-            slowdown[row["kernel"]].append(float(row["k_slowdown"]))
+            if coll_bytes is None or int(row["coll_bytes"]) == coll_bytes:
+                slowdown[row["kernel"]].append(float(row[column]))
             kind[row["kernel"]] = row["kind"]
-    expected = {
+    return {
         which: sorted((round(statistics.fmean(alone[name]) * 1000),
                        round(statistics.fmean(slowdown[name]), 3))
                       for name in alone if kind[name] == which)
         for which in ("compute", "memory")
     }
-    assert list(MEASURED_OVERLAP.compute.points) == expected["compute"]
-    assert list(MEASURED_OVERLAP.memory.points) == expected["memory"]
+
+
+def test_measured_curves_match_the_measurement() -> None:
+    """Each kernel curve point is the kernel's alone time and slowdown averaged over
+    results.csv; each collective curve point the collectives' slowdown beside that kernel,
+    averaged over the 256 MiB calls."""
+    kernels = measured_points("k_slowdown")
+    assert list(MEASURED_OVERLAP.compute.points) == kernels["compute"]
+    assert list(MEASURED_OVERLAP.memory.points) == kernels["memory"]
+    collectives = measured_points("c_slowdown", coll_bytes=256 << 20)
+    assert list(MEASURED_OVERLAP.collective_by_compute.points) == collectives["compute"]
+    assert list(MEASURED_OVERLAP.collective_by_memory.points) == collectives["memory"]
+
+
+@pytest.mark.parametrize(("kernels", "end_ns"), [
+    ([], 1000),                                  # nothing beside it
+    ([(-500, 0, 2.0)], 1000),                    # ended as the collective started
+    ([(-500, 300, 2.0)], 1300),                  # no SMs until the running kernel ends
+    ([(200, 400, 2.0)], 1100),                   # 200 alone, 200 at half speed (100), 700 left
+    ([(-100, 100, 2.0), (100, 300, 4.0)], 1250),  # waits to 100, 50 of work by 300, 950 left
+    ([(2000, 3000, 2.0)], 1000),                 # starts after the collective ended
+])
+def test_collective_end(kernels: list[tuple[int, int, float]], end_ns: int) -> None:
+    assert collective_end_ns(0, 1000, kernels) == end_ns
 
 
 # --- on the simulated GPU ---------------------------------------------------------------------
@@ -213,6 +243,14 @@ def test_collective_reached_after_the_kernel_was_placed_is_missed() -> None:
     gpu.apply(collective(100))
     ports[0].done.resolve(5000)
     assert gpu.spans[0].end_ns == 1000
+
+
+def test_kernels_placed_beside_a_collective_slow_it() -> None:
+    gpu, _ = device(MUTUAL)
+    gpu.apply(mm(0, 400))  # runs 0..400: the collective gets SMs at 400
+    gpu.apply(Kernel(0, 0, 100, "aten::add.Tensor"))  # 400..500 memory-bound: 4x
+    assert gpu.collective_end_ns(100, 1100) == 500 + 975  # 25 of work beside the add
+    assert device(FLAT)[0].collective_end_ns(100, 1100) == 1100
 
 
 def test_no_model_leaves_kernels_alone() -> None:
