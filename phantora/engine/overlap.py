@@ -27,19 +27,22 @@ and GPU run on the copy engines over PCIe and are not slowed.
 
 **The rule** (:class:`CommWindows`, applied by ``phantora.engine.streams``): a kernel's start
 and end are fixed when it reaches the head of its stream, from what the engine knows then. A
-collective is *in flight* on a GPU while it moves data: from the time every member's stream has
-reached it until its end (:class:`CommWindow`). While NCCL's kernel waits for a late peer it
-spins on flags and moves nothing; counting that wait made a rank that got ahead slow its own
-kernels, fall behind, and make its peer wait in turn: on 2xH200 DDP Llama-1B the ranks'
-collectives grew from 0.22 to 1.2-2.3 ms and the step by 10% within 8 steps. The kernel runs
-at ``1 / factor`` of its alone speed while any collective is in flight and at full speed
-otherwise, so one that ends inside the kernel stretches only the overlapped part.
+collective is *in flight* on a GPU from the time its stream reached it until its end: NCCL's
+blocks hold their SMs from then on, also while they spin waiting for a late peer (the real FSDP2
+GPT-2 profile, ``scripts/data/ops/``: rank 0's matmuls took 10.4 ms per step against rank 1's
+6.9 ms while its NCCL kernels waited for rank 1, 3.6 ms per reduce-scatter against 0.1 ms).
+The kernel runs at ``1 / factor`` of its alone speed while any collective is in flight and at
+full speed otherwise, so one that ends inside the kernel stretches only the overlapped part.
 
 A collective's end is often not known yet when a kernel is placed: the network is simulated only
 up to the ranks' host clocks, and in a GPU-bound step the host runs far ahead of the GPU. Such a
-collective is assumed to move data from when this GPU reached it (as if no peer were late) for as
-long as its latest occurrence (same op, group and size) did on this GPU, and is left out when
-there was none. Assuming "in flight for ever" instead stretched
+collective is assumed to move data for as long as its latest occurrence (same op, group and
+size) did on this GPU once every member had reached it (its transfer, without the wait for
+peers), from when every member reached it or, while that is not known, from when this GPU did;
+it is left out when there was no such occurrence. Counting the wait in the expected
+duration made a rank that got ahead slow its kernels for windows that never came, fall behind,
+and make its peer wait in turn: on 2xH200 DDP Llama-1B the collectives grew from 0.22 to
+1.2-2.3 ms and the step by 10% within 8 steps. Assuming "in flight for ever" instead stretched
 every backward kernel of a DDP GPT-2 124M step after the first gradient bucket: +18% step time
 (31 ms of stretch over 4 steps, where the collectives' true ends gave 0.17 ms).
 
@@ -49,8 +52,8 @@ counts as in flight from when the stream should reach it (``RankDevice.expected_
 queues each bucket's all-reduce behind the previous one, FSDP2 the next all-gather behind the
 current one. Without that, 2xH200 DDP Llama-1B slowed 120 kernels by 1.0 ms over 8 steps
 (the real matmuls ran 9% slower beside NCCL than alone: 84.9 against 77.8 ms per step,
-``scripts/data/ops/``); with it (and in flight only while moving data) 970 kernels by 1.9 ms
-per step, and the simulated step moved from -3.6% to -2.3% of the measured one.
+``scripts/data/ops/``); with it 970 kernels by 1.9 ms per step, and the simulated step moved
+from -3.6% to -2.3% of the measured one.
 
 **The other way round** (:func:`collective_end_ns`, applied when the network model finishes a
 collective): the kernels slow the collective too. Measured beside the same kernels, the
@@ -216,20 +219,23 @@ class CommWindow:
 
     def ended(self, end_ns: int) -> None:
         self.end_ns = end_ns
-        self._windows.record(self.key, end_ns - self.start_ns)
+        self._windows.record(self.key, end_ns - self.transfer_start_ns)
 
     @property
-    def start_ns(self) -> int:
-        """When the collective starts to slow kernels: when its data moves, or, while that is
-        not known yet, when this GPU reached it (as if no peer were late)."""
+    def transfer_start_ns(self) -> int:
+        """When its data moves: every member has reached it, or, while that is not known yet,
+        when this GPU reached it (as if no peer were late)."""
         return self.reached_ns if self.moving_ns is None else self.moving_ns
 
 
 class CommWindows:
     """The collectives in flight on one GPU, as far as the engine knows them when it places a
-    kernel. A collective whose end is still pending is assumed to move data as long as the
-    latest one with the same key (op, group, size) did on this GPU; with no such one it is
-    left out (see the module docstring for why not "for ever")."""
+    kernel: each from when its stream reached it (NCCL's blocks hold their SMs from then on,
+    also while they wait for a late peer) to its end. A collective whose end is still pending
+    is assumed to move data as long as the latest one with the same key (op, group, size) did
+    on this GPU, from when every member reached it, or, while that is not known, from when this
+    GPU did; with no such one it is left out (see the module docstring for why not "for
+    ever")."""
 
     def __init__(self) -> None:
         self._open: list[CommWindow] = []
@@ -262,11 +268,11 @@ class CommWindows:
         self._open = [w for w in self._open if w.end_ns is None or w.end_ns > since_ns]
         spans: list[Busy] = []
         for window in self._open:
-            start_ns, end_ns = window.start_ns, window.end_ns
+            end_ns = window.end_ns
             if end_ns is None and window.key in self._last_ns:
-                end_ns = start_ns + self._last_ns[window.key]
+                end_ns = window.transfer_start_ns + self._last_ns[window.key]
             if end_ns is not None:
-                spans.append((start_ns, end_ns))
+                spans.append((window.reached_ns, end_ns))
         return spans
 
 
