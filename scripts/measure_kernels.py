@@ -477,8 +477,12 @@ def attention_cases(grid: Grid) -> Iterator[Case]:
                     for direction in ("fwd", "bwd"):
                         yield sdpa_case(direction, backend, batch, heads, kv_heads, seq,
                                         head_dim, causal)
-    # Second round: PyTorch's own choice, then random off-grid shapes.
-    for heads, kv_heads, head_dim, _, _ in configs[:2]:
+    # Second round: PyTorch's own choice (cuDNN on Hopper with torch 2.11) for Llama-class
+    # head_dim 128 and for the example models' head_dim 64 (GPT-2 124M/350M, Llama-1B with its
+    # key/value heads repeated, and with GQA), then random off-grid shapes.
+    default_configs = (*((h, kv, d) for h, kv, d, _, _ in configs[:2]),
+                       (12, 12, 64), (16, 16, 64), (32, 32, 64), (32, 8, 64))
+    for heads, kv_heads, head_dim in default_configs:
         for seq in grid.seqs:
             for causal in (True, False):
                 for direction in ("fwd", "bwd"):

@@ -150,7 +150,7 @@ class _RatePool:
     """Measured shapes of one op family and dtype: log2 shape features and achieved rates.
 
     A launch's rate is the pool's typical rate at its amount of work (median per power of two
-    of work, interpolated) corrected by how its nearest measured shapes deviate from that
+    of work, interpolated, kept non-decreasing in work) corrected by how its nearest measured shapes deviate from that
     typical rate, inverse-distance weighted; a prior weight pulls the correction to zero when
     no measured shape is near (:data:`PRIOR_DISTANCE`).
     """
@@ -170,9 +170,11 @@ class _RatePool:
         for x, y in zip(np.round(log2_work), log_rate, strict=True):
             bins.setdefault(float(x), []).append(float(y))
         curve_x = np.array(sorted(bins))
+        # Non-decreasing in work: a bin whose rows happen to be slow shapes (small heads, GQA)
+        # must not make every launch of that size slow; the residuals keep the shapes apart.
+        curve_y = np.maximum.accumulate(np.array([np.median(bins[x]) for x in curve_x]))
         return cls(np.array([p[0] for p in points]), np.array([p[1] for p in points]),
-                   log2_work, log_rate, curve_x,
-                   np.array([np.median(bins[x]) for x in curve_x]))
+                   log2_work, log_rate, curve_x, curve_y)
 
     def typical(self, log2_work: np.ndarray | float) -> np.ndarray:
         return np.interp(log2_work, self.curve_x, self.curve_y)
