@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import flop_registry
 
-from phantora.compute.spec import MATMUL_OPS, KernelSpec
+from phantora.compute.spec import MATMUL_OPS, STRIDED, KernelSpec
 
 aten = torch.ops.aten
 
@@ -105,7 +105,19 @@ def kernel_spec(name: str, func: Any, args: tuple[Any, ...], kwargs: dict[str, A
             dims = (batch, heads, key.shape[1], seq_q, key.shape[2], head_dim)
             return KernelSpec(name, op_flops, nbytes, dtype_name(query.dtype), dims,
                               "causal" if _is_causal(func, args, kwargs) else "full")
-    return KernelSpec(name, op_flops, nbytes, _elementwise_dtype(func, args, out))
+    return KernelSpec(name, op_flops, nbytes, _elementwise_dtype(func, args, out),
+                      variant=STRIDED if _strided(args, out) else "")
+
+
+def _strided(args: tuple[Any, ...], out: Any) -> bool:
+    """Whether an operand is a non-contiguous view or broadcast to the output's shape: PyTorch's
+    element-wise ops then run their non-vectorised kernel (rotary embeddings' half-row views
+    times a broadcast ``cos``). Only a single-tensor output is judged; one-element operands are
+    scalars to the kernel."""
+    if not isinstance(out, torch.Tensor):
+        return False
+    return any(t.numel() > 1 and (t.shape != out.shape or not t.is_contiguous())
+               for t in flat_tensors(args))
 
 
 def dtype_name(dtype: torch.dtype) -> str:

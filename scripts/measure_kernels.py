@@ -556,6 +556,30 @@ def pointwise_case(op: str, dtype: str, numel: int, cache: str) -> Case:
                 cache)
 
 
+STRIDED_POINTWISE: dict[str, Callable[..., object]] = {"mul": torch.mul, "add": torch.add}
+"""Binary ops timed on a strided first operand and a broadcast second one, as rotary position
+embeddings call them (``x[..., :half] * cos``): PyTorch then runs its non-vectorised
+``elementwise_kernel`` instead of the vectorised one the contiguous rows time."""
+STRIDED_HALF = 32
+"""Width of the half-row views (rotary: head_dim 64)."""
+
+
+def strided_case(op: str, dtype: str, numel: int) -> Case:
+    """``op(x[:, :32], b)``: ``x`` has rows of 64 elements, ``b`` is one row of 32 broadcast
+    over all rows; ``numel`` output elements (``layout: strided`` in the row's shape)."""
+    rows = max(1, numel // STRIDED_HALF)
+
+    def build(device: torch.device) -> Call:
+        x = _randn((rows, 2 * STRIDED_HALF), dtype, device)
+        b = _randn((1, STRIDED_HALF), dtype, device)
+        view = x[:, :STRIDED_HALF]
+        return lambda: STRIDED_POINTWISE[op](view, b)
+
+    io = (2 * rows * STRIDED_HALF + STRIDED_HALF) * ELEM_BYTES[dtype]
+    return Case("memory", op, dtype, {"numel": rows * STRIDED_HALF, "layout": "strided"},
+                rows * STRIDED_HALF, io, build)
+
+
 def cast_case(src: str, dst: str, numel: int) -> Case:
     """``Tensor.to(dtype)`` (aten ``_to_copy``), the casts autocast and mixed precision add."""
 
@@ -671,6 +695,9 @@ def memory_cases(grid: Grid) -> Iterator[Case]:
             for op in MORE_POINTWISE:
                 yield pointwise_case(op, dtype, numel, "cold")
     yield from norm_cases(grid.numels[::2], grid.more_hiddens, grid.more_softmax_dims)
+    for numel in grid.numels[::2]:
+        for op in STRIDED_POINTWISE:
+            yield strided_case(op, "bf16", numel)
     yield from vocab_cases("bf16", grid.more_vocabs, grid.ce_tokens, grid.more_embeddings,
                            grid.emb_tokens)
     rng = random.Random(2)

@@ -45,7 +45,7 @@ def spec_of(row: MeasuredRow) -> KernelSpec | None:
     ops = row.aten_ops.split("+")
     if len(ops) != 1:
         return None
-    return KernelSpec(f"aten::{ops[0]}", 0, row.bytes, row.dtype)
+    return KernelSpec(f"aten::{ops[0]}", 0, row.bytes, row.dtype, variant=row.variant)
 
 
 def errors(rows: Iterable[MeasuredRow],

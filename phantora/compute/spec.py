@@ -19,6 +19,11 @@ MEMCPY_DTOH = "Memcpy DtoH"
 """Copies between host and GPU memory, named as the CUDA profiler names them."""
 
 
+STRIDED = "strided"
+"""Variant of an element-wise launch with a non-contiguous or broadcast operand: PyTorch runs
+its non-vectorised kernel, about half as fast per byte (``scripts/data/kernels/``)."""
+
+
 class Family(str, Enum):
     """How a kernel's time is modelled: what its shape means and which table rows describe it."""
 
@@ -37,7 +42,8 @@ class KernelSpec:
     ``dims`` depend on the family: matmul ``(batch, m, n, k)`` for ``[m, k] @ [k, n]``;
     attention ``(batch, heads, kv_heads, seq_q, seq_kv, head_dim)``; empty otherwise (such ops
     are costed by ``bytes``). ``variant``: a matmul's layout (``"nt"``: the second operand is
-    stored transposed, as ``linear``'s weight), ``"causal"`` or ``"full"`` for attention.
+    stored transposed, as ``linear``'s weight), ``"causal"`` or ``"full"`` for attention,
+    :data:`STRIDED` or ``""`` for the rest.
     ``dtype``: ``bf16``, ``fp16``, ``fp32``, ``tf32`` (fp32 matmul with TF32 allowed), or
     ``""`` when unknown.
     """

@@ -130,6 +130,8 @@ class MeasuredRow:
             dims = (shape["batch"], shape["heads"], shape["kv_heads"], shape["seq"],
                     shape["seq"], shape["head_dim"])
             variant = "causal" if shape["causal"] else "full"
+        else:
+            variant = shape.get("layout", "")
         return cls(row["section"], row["op"], row["aten_ops"], row["dtype"],
                    row["cache"] == "cold", shape, dims, variant, int(row["bytes"]),
                    float(row["time_us"]) * 1e3)
@@ -312,6 +314,8 @@ class KernelTable:
     def _by_bytes(self, spec: KernelSpec) -> Estimate | None:
         op = base_name(spec.name)
         op = SAME_KERNEL_AS.get(op, op)
+        if spec.variant and (_layout_key(op, spec.variant), "") in self._curves:
+            op = _layout_key(op, spec.variant)  # measured in that layout; else as contiguous
         exact = self._exact.get((op, spec.dtype, spec.bytes))
         if exact is not None:
             return Estimate(exact, True)
@@ -360,7 +364,13 @@ def _add_row(builder: _Builder, row: MeasuredRow) -> None:
     else:
         op = _single_op(row.aten_ops)
         if op is not None:
-            builder.add_bytes(op, dtype, row.bytes, time_ns)
+            builder.add_bytes(_layout_key(op, row.variant), dtype, row.bytes, time_ns)
+
+
+def _layout_key(op: str, layout: str) -> str:
+    """Where rows of ``op`` timed in a memory ``layout`` (``strided``) are kept: apart from its
+    contiguous rows, e.g. ``mul@strided``."""
+    return f"{op}@{layout}" if layout else op
 
 
 def _single_op(aten_ops: str) -> str | None:

@@ -119,3 +119,17 @@ def test_multi_tensor_in_place_ops_count_their_writes() -> None:
     assert add_bytes == 12 * 400
     _, zero_bytes = op_costs.op_cost(aten._foreach_zero_.default, (grads,), {}, None)
     assert zero_bytes == 4 * 400
+
+
+def test_views_and_broadcasts_make_an_elementwise_launch_strided() -> None:
+    x, cos = meta(4, 16, 8, 64), meta(16, 1, 32)
+    half = x[..., :32]  # rotary embedding: a half-row view times a broadcast table
+    out = aten.mul.Tensor(half, cos)
+    assert op_costs.kernel_spec("aten::mul", aten.mul.Tensor, (half, cos), {}, out).variant \
+        == "strided"
+    y = meta(4, 16, 8, 32)
+    out = aten.mul.Tensor(y, y)
+    assert op_costs.kernel_spec("aten::mul", aten.mul.Tensor, (y, y), {}, out).variant == ""
+    scalar = meta(1)
+    out = aten.mul.Tensor(y, scalar)
+    assert op_costs.kernel_spec("aten::mul", aten.mul.Tensor, (y, scalar), {}, out).variant == ""

@@ -7,7 +7,7 @@ from phantora.cluster.catalogue import lookup_gpu
 from phantora.compute import ComputeModel, CostSource, Coverage, KernelSpec
 from phantora.compute.model import HOST_COPY_LATENCY_NS, HOST_LINK_GBS, table_path
 from phantora.compute.ops import base_name, is_memory_bound
-from phantora.compute.spec import MEMCPY_HTOD, Family
+from phantora.compute.spec import MEMCPY_HTOD, STRIDED, Family
 from phantora.compute.table import KernelTable
 
 H100 = lookup_gpu("h100")
@@ -85,6 +85,17 @@ def test_memory_bound_ops_follow_their_measured_bandwidth(h100: ComputeModel) ->
     assert 0.6 < (3 * 2**30 / big.duration_ns) / H100.hbm_gbs < 1.0  # of the HBM peak
     tiny = h100.cost(KernelSpec("aten::add.Tensor", 0, 12, "bf16"))
     assert h100.curves.floor_ns <= tiny.duration_ns < 5_000  # launch-bound, not free
+
+
+def test_strided_elementwise_ops_take_their_own_measured_rows(h100: ComputeModel) -> None:
+    """A rotary embedding's ``x[..., :32] * cos`` runs PyTorch's non-vectorised kernel; only
+    ops measured in that layout get its rows, the others stay costed as contiguous."""
+    nbytes = 64 * 2**20
+    contiguous = h100.cost(KernelSpec("aten::mul", 0, nbytes, "bf16")).duration_ns
+    strided = h100.cost(KernelSpec("aten::mul", 0, nbytes, "bf16", variant=STRIDED))
+    assert strided.source.from_table and strided.duration_ns > 1.5 * contiguous
+    div = KernelSpec("aten::div", 0, nbytes, "bf16")
+    assert h100.cost(KernelSpec("aten::div", 0, nbytes, "bf16", variant=STRIDED)) == h100.cost(div)
 
 
 def test_a_gpu_without_tables_gets_fitted_curves_at_its_own_peaks() -> None:
