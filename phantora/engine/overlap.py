@@ -157,35 +157,29 @@ def collective_end_ns(start_ns: int, end_ns: int, kernels: Iterable[Slowing]) ->
     blocks of the kernels running when it starts retire, so it moves nothing until those end;
     then it progresses at ``1 / factor`` of its speed while a kernel runs beside it (where
     kernels overlap each other, each counts from where the one before it ended)."""
-    left: float = end_ns - start_ns
     beside = sorted(k for k in kernels if k[1] > start_ns)
-    now: float = max((hi for lo, hi, _ in beside if lo <= start_ns), default=start_ns)
-    for lo, hi, factor in beside:
-        if hi <= now:
-            continue
-        if lo > now:
-            if left <= lo - now:
-                break
-            left -= lo - now
-            now = lo
-        if left * factor <= hi - now:
-            return round(now + left * factor)
-        left -= (hi - now) / factor
-        now = hi
-    return round(now + left)
+    moving_ns = max((hi for lo, hi, _ in beside if lo <= start_ns), default=start_ns)
+    return _slowed_end_ns(moving_ns, end_ns - start_ns, beside)
 
 
 def stretched_end_ns(start_ns: int, duration_ns: int, factor: float,
                      busy: Iterable[Busy]) -> int:
     """End of a kernel that runs ``duration_ns`` alone from ``start_ns``, progressing at
     ``1 / factor`` of its speed inside the ``busy`` intervals (which may overlap)."""
-    spans = sorted((lo, hi) for lo, hi in busy if hi > start_ns)
-    if factor <= 1.0 or not spans or duration_ns <= 0:
+    if factor <= 1.0 or duration_ns <= 0:
         return start_ns + duration_ns
+    return _slowed_end_ns(start_ns, duration_ns,
+                          sorted((lo, hi, factor) for lo, hi in busy if hi > start_ns))
+
+
+def _slowed_end_ns(start_ns: int, duration_ns: int, spans: list[Slowing]) -> int:
+    """End of work of ``duration_ns`` alone, started at ``start_ns``, that progresses at
+    ``1 / factor`` inside each of the ``spans`` (sorted by start; where they overlap, each
+    counts from where the one before it ended)."""
     now: float = start_ns
     left: float = duration_ns
     """Alone-time work still to do."""
-    for lo, hi in spans:
+    for lo, hi, factor in spans:
         if hi <= now:
             continue  # inside a span already passed (spans overlap)
         if lo > now:
