@@ -95,6 +95,12 @@ def all_of(completions: Iterable[Completion]) -> Completion:
     return joined
 
 
+SLOWING_KEPT_NS = 1_000_000_000
+"""GPU time for which placed kernels are kept to slow collectives not reached yet: a stream
+reaches a collective at or after the kernels the time-ordered drain placed before it, give or
+take the few a stream released by a late completion places earlier."""
+
+
 class CollectivePort(Protocol):
     """A rank's share of a collective, as its stream sees it (made by the matcher)."""
 
@@ -302,8 +308,9 @@ class RankDevice:
         self._draining = False
         self.spans: list[KernelSpan] = []
         self._slowing: deque[Slowing] = deque()
-        """Kernels placed since the earliest collective still in flight, with how much each
-        slows a collective (:meth:`collective_end_ns`)."""
+        """Kernels that may still slow a collective (:meth:`collective_end_ns`), with how much:
+        those ending after the earliest collective in flight here was reached, and, with none
+        in flight, within :data:`SLOWING_KEPT_NS` of the latest one placed."""
         self.kernels = 0
         self.slowed_kernels = 0
         self.overlap_extra_ns = 0
@@ -344,7 +351,7 @@ class RankDevice:
     def expected_windows(self, besides: int) -> list[Busy]:
         """The collectives queued on this GPU's streams other than ``besides`` that their
         stream has not reached yet, each expected in flight from when its stream should
-        reach it for as long as its latest occurrence lasted here.
+        reach it for as long as its latest occurrence moved data here.
 
         A stream waiting for a collective whose end is not known yet (the network is
         simulated only up to the hosts' clocks, behind a GPU-bound step's GPU) holds the
@@ -389,18 +396,17 @@ class RankDevice:
         assert self._overlap is not None
         factor = self._overlap.collective_factor(op.name, op.flops, op.duration_ns)
         if factor > 1.0:
-            self._slowing.append((start_ns, end_ns, factor))
+            slowing = self._slowing
+            slowing.append((start_ns, end_ns, factor))
+            floor_ns = min(self.comm_windows.open_since_ns(), start_ns - SLOWING_KEPT_NS)
+            while slowing[0][1] <= floor_ns:
+                slowing.popleft()
 
     def collective_end_ns(self, start_ns: int, end_ns: int) -> int:
         """When a collective that moved data from ``start_ns`` to ``end_ns`` in the network
         model ends on this GPU, slowed by the kernels placed beside it (NCCL's blocks share
-        the SMs and memory bandwidth with them; see ``phantora.engine.overlap``). Forgets the
-        kernels that ended before every collective still in flight here started."""
-        slowing = self._slowing
-        floor_ns = min(self.comm_windows.open_since_ns(), start_ns)
-        while slowing and slowing[0][1] <= floor_ns:
-            slowing.popleft()
-        return collective_end_ns(start_ns, end_ns, slowing)
+        the SMs and memory bandwidth with them; see ``phantora.engine.overlap``)."""
+        return collective_end_ns(start_ns, end_ns, self._slowing)
 
     def apply(self, op: Op) -> None:
         """Queue one op (in the rank's program order)."""
