@@ -152,9 +152,9 @@ class _RatePool:
     """Measured shapes of one op family and dtype: log2 shape features and achieved rates.
 
     A launch's rate is the pool's typical rate at its amount of work (median per power of two
-    of work, interpolated, kept non-decreasing in work) corrected by how its nearest measured shapes deviate from that
-    typical rate, inverse-distance weighted; a prior weight pulls the correction to zero when
-    no measured shape is near (:data:`PRIOR_DISTANCE`).
+    of work, interpolated, kept non-decreasing in work) corrected by how its nearest measured
+    shapes deviate from that typical rate, inverse-distance weighted; a prior weight pulls the
+    correction to zero when no measured shape is near (:data:`PRIOR_DISTANCE`).
     """
 
     features: np.ndarray
