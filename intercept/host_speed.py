@@ -46,6 +46,10 @@ NATIVE = "native"
 """``simulation.host_cpu`` value that counts this machine's CPU time unscaled."""
 ROUNDS = 5
 """Rounds of a full measurement (each runs every component once); ~20-50 ms of CPU in all."""
+WINDOW = 3
+"""Single rounds a rank's :class:`HostSpeed` takes the median of: enough to drop one spoilt
+round, few enough to follow a change of speed within two more (see
+``intercept.clock.REMEASURE_EVERY_CPU_NS``)."""
 
 _thread_time_ns = time.thread_time_ns
 
@@ -311,7 +315,7 @@ class HostSpeed:
     (rounds -> component ns) is :func:`measure` unless a test injects another.
     """
 
-    def __init__(self, reference: ReferenceHost, *, window: int = ROUNDS,
+    def __init__(self, reference: ReferenceHost, *, window: int = WINDOW,
                  measure_fn: Callable[[int], Mapping[str, int]] = measure) -> None:
         if window < 1:
             raise ValueError(f"window is {window}; at least 1")

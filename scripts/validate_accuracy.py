@@ -146,21 +146,13 @@ def invocation(command: str) -> tuple[str, list[str], int]:
     return Path(words[script_at]).name, words[script_at + 1:], nproc
 
 
-def with_steps(args: list[str], steps: int) -> list[str]:
-    """``args`` with ``--steps`` set to ``steps``."""
-    if "--steps" not in args:
-        return [*args, "--steps", str(steps)]
-    at = args.index("--steps") + 1
-    return [*args[:at], str(steps), *args[at + 1:]]
-
-
 def measured_scenario(machine: str, run_name: str, command: str) -> dict[str, Any]:
     """The scenario that reruns a measured command on simulated GPUs of the machine's kind."""
     script, args, nproc = invocation(command)
     return {"name": f"{machine}-{run_name}",
             "cluster": cluster_of(machine),
             "workload": {"script": f"{EXAMPLES_FROM_SCENARIOS}/{script}",
-                         "args": with_steps(args, SIMULATED_STEPS),
+                         "args": measure_steps.with_steps(args, SIMULATED_STEPS),
                          "nproc_per_node": nproc, "env": dict(SCENARIO_ENV)}}
 
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from intercept.launcher import Launcher
+from phantora.cpu_affinity import pinned
 from phantora.cluster.catalogue import GpuSpec
 from phantora.cluster.topology import Topology
 from phantora.collectives import NcclConfig, SystemInfo
@@ -44,7 +45,7 @@ def run_script(workload: ScriptWorkload, simulation: SimulationConfig, topology:
                         else None,
                         host_cpu=None if simulation.reproducible else simulation.host_cpu)
     stop_echo = threading.Event()
-    with launcher:
+    with pinned(simulation.cpus), launcher:
         tail = launcher.tail(0)
         echo_thread = threading.Thread(target=_echo_lines, args=(tail.read_lines, echo, stop_echo),
                                        daemon=True)

@@ -153,6 +153,8 @@ class SimulationConfig(_Resolved):
     time is scaled to, or ``"native"``; only used when not ``reproducible``."""
     overlap_slowdown: bool
     """Whether collectives in flight slow the kernels running beside them."""
+    cpus: int
+    """How many of this machine's CPUs the coordinator and the ranks run on."""
 
 
 Workload = Annotated[CollectivesWorkload | ScriptWorkload, Field(discriminator="kind")]

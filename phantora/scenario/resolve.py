@@ -15,6 +15,7 @@ from typing import TypeVar
 from intercept import host_speed
 from phantora.cluster.catalogue import GpuSpec, lookup_gpu
 from phantora.cluster.topology import uplinks_for
+from phantora.cpu_affinity import default_cpus
 from phantora.scenario.messages import Problem, join_words, scenario_error
 from phantora.scenario.model import (
     DTYPE_BYTES,
@@ -79,7 +80,10 @@ def resolve_scenario(spec: ScenarioSpec, source: str) -> Scenario:
                         cpu_time_per_op_ns=spec.simulation.cpu_time_per_op,
                         host_cpu=_given(spec.simulation.host_cpu,
                                         host_speed.references().for_gpu(gpu.name).name),
-                        overlap_slowdown=spec.simulation.overlap_slowdown))
+                        overlap_slowdown=spec.simulation.overlap_slowdown,
+                        cpus=_given(spec.simulation.cpus, default_cpus(
+                            workload.world_size if isinstance(workload, ScriptWorkload)
+                            else 1))))
 
 
 def _given(value: T | None, default: T) -> T:

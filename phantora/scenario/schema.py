@@ -24,6 +24,7 @@ from pydantic import (
 
 from intercept.host_speed import host_cpu_choices
 from phantora.cluster.catalogue import CATALOGUE
+from phantora.cpu_affinity import usable_cpus
 from phantora.scenario.messages import expected_one_of
 from phantora.scenario.model import (
     Algorithm,
@@ -112,6 +113,14 @@ def _catalogue_gpu(name: str) -> str:
     if name not in CATALOGUE:
         raise ValueError(expected_one_of(name, sorted(CATALOGUE)))
     return name
+
+
+def _usable_cpu_count(count: int) -> int:
+    usable = len(usable_cpus())
+    if count > usable:
+        raise ValueError(f"this machine lets the simulation use {usable} CPUs; use at most "
+                         f"{usable}, or leave the key out for the default")
+    return count
 
 
 def _host_cpu(name: str) -> str:
@@ -314,6 +323,10 @@ class SimulationSpec(_Section):
     """Slow kernels that run while a collective is in flight on the same GPU (NCCL's channels
     take SMs and memory bandwidth) by the factors measured on 2xH200
     (phantora/engine/overlap.py); false: kernels run as if alone."""
+    cpus: Annotated[int, Field(ge=1), AfterValidator(_usable_cpu_count)] | None = None
+    """How many of this machine's CPUs a live script's simulation (coordinator and ranks) runs
+    on; default 1 for a single rank on a machine with at most 2 CPUs (whose CPUs slow each
+    other, which would show in the measured host time: phantora/cpu_affinity.py), else all."""
 
 
 class ScenarioSpec(_Section):
@@ -330,4 +343,5 @@ class ScenarioSpec(_Section):
     workload: WorkloadSpec
     """What to run: workload.collectives (a sweep) or workload.script (a training script)."""
     simulation: SimulationSpec = SimulationSpec()
-    """Timing of live scripts: reproducible, cpu_time_per_op, host_cpu, overlap_slowdown."""
+    """Timing of live scripts: reproducible, cpu_time_per_op, host_cpu, overlap_slowdown,
+    cpus."""

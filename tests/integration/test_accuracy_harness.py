@@ -56,9 +56,9 @@ def test_command_line_to_script_args_and_ranks() -> None:
         "gpt_fsdp2.py", ["--model", "llama-1b", "--steps", "10", "--batch-size", "4"], 2)
     single = "/usr/bin/python3 /r/scenarios/examples/gpt_single.py --steps 3"
     assert harness.invocation(single) == ("gpt_single.py", ["--steps", "3"], 1)
-    assert harness.with_steps(["--steps", "10", "--x"], 5) == ["--steps", "5", "--x"]
-    assert harness.with_steps(["--steps", "3"], 5) == ["--steps", "5"]
-    assert harness.with_steps(["--x"], 5) == ["--x", "--steps", "5"]
+    assert measure_steps.with_steps(["--steps", "10", "--x"], 5) == ["--steps", "5", "--x"]
+    assert measure_steps.with_steps(["--steps", "3"], 5) == ["--steps", "5"]
+    assert measure_steps.with_steps(["--x"], 5) == ["--x", "--steps", "5"]
     assert harness.cluster_of("h200x2") == {"gpu": "h200", "hosts": 1, "gpus_per_host": 2}
     with pytest.raises(ValueError, match="h100x1"):
         harness.cluster_of("8xh100")

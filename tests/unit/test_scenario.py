@@ -603,3 +603,20 @@ def test_the_overlap_slowdown_is_on_unless_switched_off() -> None:
     assert not parse_scenario(off, SOURCE).simulation.overlap_slowdown
     assert "simulation.overlap_slowdown" in only_problem(
         scenario({"gpu": "h100"}, simulation={"overlap_slowdown": "sometimes"}))
+
+
+def test_simulation_cpus_defaults_by_machine_and_rank_count_and_is_checked(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    one_rank = {"script": str(tmp_path / "train.py"), "nproc_per_node": 1}
+    two_ranks = {**one_rank, "nproc_per_node": 2}
+    for usable, workload, default in (({0, 1}, one_rank, 1), ({0}, one_rank, 1),
+                                      ({0, 1}, two_ranks, 2), (set(range(8)), one_rank, 8)):
+        monkeypatch.setattr("os.sched_getaffinity", lambda pid, cpus=usable: cpus)
+        parsed = parse_scenario(scenario({"gpu": "h100", "gpus_per_host": 2}, workload), SOURCE)
+        assert parsed.simulation.cpus == default, (usable, workload)
+    assert parse_scenario(scenario({"gpu": "h100"}, simulation={"cpus": 2}),
+                          SOURCE).simulation.cpus == 2
+    problem = only_problem(scenario({"gpu": "h100"}, simulation={"cpus": 9}))
+    assert "simulation.cpus" in problem and "at most 8" in problem
+    assert "simulation.cpus" in only_problem(scenario({"gpu": "h100"}, simulation={"cpus": 0}))

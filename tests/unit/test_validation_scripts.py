@@ -62,7 +62,8 @@ def test_machine_names_match_the_validation_scripts() -> None:
 
 def test_two_gpu_suites_are_unchanged() -> None:
     """The 2-GPU plan still makes the runs stored in scripts/data/steps/h200x2, with the same
-    arguments and process counts."""
+    arguments (but for the step count: the CI scenarios ran 3 steps before session d) and
+    process counts."""
     import validate_accuracy
 
     planned = {r.name: r for r in measure_steps.plan_runs("single,dist,dist-more", 2)}
@@ -71,8 +72,16 @@ def test_two_gpu_suites_are_unchanged() -> None:
     assert len(stored) >= 15
     for run in stored:
         script, args, nproc = validate_accuracy.invocation(run.command)
-        assert (planned[run.name].script, list(planned[run.name].args),
-                planned[run.name].nproc) == (script, args, nproc), run.name
+        plan = planned[run.name]
+        assert (plan.script, measure_steps.with_steps(list(plan.args), 1), plan.nproc) == (
+            script, measure_steps.with_steps(args, 1), nproc), run.name
+
+
+def test_ci_scenario_runs_are_measured_over_more_steps_than_their_yaml_says() -> None:
+    ci = {r.name: r for r in measure_steps.suite("single")}["ci-h100x1-gpt-single"]
+    at = ci.args.index("--steps") + 1
+    assert ci.args[at] == str(measure_steps.CI_STEPS)
+    assert measure_steps.CI_STEPS - measure_steps.FIRST_MEASURED_STEP + 1 >= 5
 
 
 @pytest.mark.parametrize("nproc", [4, 8])
