@@ -175,7 +175,9 @@ class RankMemory:
 
 def follow(proc: subprocess.Popen[bytes], log: Path, start_s: float,
            memory: RankMemory) -> list[StepMark]:
-    """Until ``proc`` exits: read new lines of rank 0's ``log``, mark each step line."""
+    """Until ``proc`` exits: read new lines of rank 0's ``log``, mark each step line. Lines read
+    only after the exit are not marked: the process tree whose CPU a mark reads is gone by then
+    (a mark there read a CPU total lower than the previous one)."""
     marks: list[StepMark] = []
     pending = ""
     offset = 0
@@ -189,7 +191,7 @@ def follow(proc: subprocess.Popen[bytes], log: Path, start_s: float,
                 offset = file.tell()
             *lines, pending = pending.split("\n")
             for line in lines:
-                if match := STEP_LINE.match(line):
+                if running and (match := STEP_LINE.match(line)):
                     marks.append(StepMark(int(match[1]), time.perf_counter() - start_s,
                                           tree_cpu_s(proc.pid), float(match[2])))
         if not running:
@@ -227,8 +229,8 @@ def measure(ranks: int, args: argparse.Namespace, work: Path) -> Row:
               for earlier, later in zip(marks, marks[1:], strict=False)
               if later.step > WARMUP_STEPS]
     if not steady:
-        raise SystemExit(f"{path.name}: rank 0 reported {len(marks)} step lines; the bench "
-                         f"needs --steps > {WARMUP_STEPS}")
+        raise SystemExit(f"{path.name}: {len(marks)} step lines of rank 0 were read while the "
+                         "run was going; too few to measure a step after the warm-up")
     summary = json.loads((out / "summary.json").read_text())
     pss, rss = memory.peak_mb()
     return Row(ranks=ranks, hosts=max(1, ranks // GPUS_PER_HOST), steps_measured=len(steady),
@@ -302,9 +304,9 @@ def main() -> None:
         if ranks > GPUS_PER_HOST and ranks % GPUS_PER_HOST:
             parser.error(f"--ranks {ranks}: more than {GPUS_PER_HOST} ranks must fill whole "
                          f"{GPUS_PER_HOST}-GPU hosts")
-    if args.steps <= WARMUP_STEPS:
-        parser.error(f"--steps {args.steps}: the first {WARMUP_STEPS} are warm-up; "
-                     f"run at least {WARMUP_STEPS + 1}")
+    if args.steps <= WARMUP_STEPS + 1:
+        parser.error(f"--steps {args.steps}: the first {WARMUP_STEPS} are warm-up and the last "
+                     f"may print after the run ends; run at least {WARMUP_STEPS + 2}")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                             capture_output=True, text=True).stdout.strip()
     header = (f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
