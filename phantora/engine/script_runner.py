@@ -11,11 +11,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from intercept.launcher import Launcher
-from phantora.cpu_affinity import pinned
 from phantora.cluster.catalogue import GpuSpec
 from phantora.cluster.topology import Topology
 from phantora.collectives import NcclConfig, SystemInfo
 from phantora.compute import Coverage
+from phantora.cpu_affinity import pinned
 from phantora.engine.live import LiveEngine, LiveResult
 from phantora.engine.overlap import MEASURED_OVERLAP
 from phantora.network.base import NetworkBackend
