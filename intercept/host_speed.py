@@ -354,9 +354,9 @@ def measure_as_script(rounds: int) -> dict[str, int]:
 
 def host_speed_for(host_cpu: str | None) -> HostSpeed | None:
     """What a rank's clock scales its script CPU time with for ``simulation.host_cpu``: a
-    :class:`HostSpeed` (measured now, ~30 ms of CPU) against that reference host, timed as the script
-    is (:func:`measure_as_script` where the shim is loaded), or ``None`` for ``native`` or no
-    setting (reproducible mode)."""
+    :class:`HostSpeed` (measured now: :data:`WINDOW` rounds of ~5 ms of CPU) against that
+    reference host, timed as the script is (:func:`measure_as_script` where the shim is
+    loaded), or ``None`` for ``native`` or no setting (reproducible mode)."""
     if host_cpu is None or host_cpu == NATIVE:
         return None
     hosts = references().hosts
