@@ -50,8 +50,8 @@ class CoordinatorClient:
         self._lock = threading.Lock()
         self._sync_lock = threading.Lock()
         self._ops: list[Op] = []
-        self._promised_ns = -1
-        """``clock_ns`` of the last batch sent."""
+        self._promised_ns = 0
+        """``clock_ns`` of the last batch sent (the coordinator starts every rank at 0)."""
         self._blocked = False
         self._closed = False
         self._pid = os.getpid()

@@ -14,15 +14,18 @@ For each aten op it
   host and device, whose ``bytes`` is the size moved;
 * treats reading a CUDA value on the host (``.item()``, ``float()``, ``.tolist()``,
   ``print``, format, ``.cpu()``, data-dependent output shapes) and blocking copies between
-  host and device as a host sync: ``runtime.sync("stream", current stream)``, then returns a
-  plausible value.
+  host and device as a host sync: ``runtime.sync("stream", current stream)``, then reads the
+  value;
+* keeps the real values of the tensors that steer control flow (integers, bools, small
+  tensors: ``intercept.values``) and derives the integers of ops on fake floats (router top-k,
+  comparisons) from the seeded value model (``intercept.value_model``).
 
-Plausible values (no data exists): floating and complex scalars read as :data:`FLOAT_VALUE`
-(1.0: a loss or grad norm that never divides by zero), integers as :data:`INT_VALUE` (1),
-booleans as :data:`BOOL_VALUE` (False: ``found_inf``, ``isnan(loss).any()``). Data-dependent
-shapes: ``nonzero``, ``masked_select``, boolean indexing and ``unique`` keep
-:data:`SELECT_FRACTION` of the elements; ``bincount`` has ``max(minlength, INT_VALUE + 1)``
-bins; ``repeat_interleave(repeats)`` repeats every element ``INT_VALUE`` times.
+What a host reads: a valued tensor's values; a fake float :data:`FLOAT_VALUE` (1.0: a loss or
+grad norm that never divides by zero); an integer the simulator cannot know :data:`INT_VALUE`
+(1), with a warning naming the script line; a bool :data:`BOOL_VALUE`. Data-dependent shapes
+(``nonzero``, ``masked_select``, boolean indexing, ``unique``, ``bincount``,
+``repeat_interleave``) follow the values; of unknown values they stop the run, or keep
+:data:`SELECT_FRACTION` of the elements with ``simulation.unknown_shapes: half``.
 
 Device memory (``torch.cuda.memory_allocated`` and friends, out-of-memory errors) comes from a
 model of PyTorch's caching allocator per GPU (``intercept.allocator``) that fake CUDA storages
@@ -71,8 +74,10 @@ INT_VALUE = 1
 BOOL_VALUE = False
 SELECT_FRACTION = 0.5
 REAL_CPU_MAX_NUMEL = 65536
+VALUES_SOON_S = 2.0
 VALUES_TIMEOUT_S = 120.0
-"""How long a host read waits for a collective's values (wall time) before it gives up."""
+"""How long a host read waits (wall time) for a collective's values: after its stream sync,
+then after a device sync, before it gives up."""
 CALIBRATION_ROUNDS = 10
 CALIBRATION_OPS = 100
 """:func:`calibrate_dispatch_glue` times this many rounds of this many ops (~0.1 s of CPU)."""
@@ -391,10 +396,15 @@ class SimFakeMode(FakeTensorMode):
 
     def _await_values(self, inputs: list[torch.Tensor]) -> None:
         """Values a collective has yet to deliver are needed now. The caller synchronised the
-        stream that waits for the collective, as a real host does; if that stream does not wait
-        for it, synchronise the whole device (the collective's stream included). Then wait, in
-        wall time only, for the values to arrive."""
+        stream that waits for the collective, as a real host does, so they are on their way
+        (computed from other ranks' values): wait for them, in wall time only. If they do not
+        come soon, that stream did not wait for the collective: synchronise the whole device
+        (the collective's stream included), as the read would need on a GPU, and wait on."""
         if not any(self.values.pending(t) for t in inputs):
+            return
+        with self.runtime.excluded():
+            arrived = self.values.wait(inputs, VALUES_SOON_S)
+        if arrived:
             return
         self.runtime.sync("device")
         with self.runtime.excluded():
