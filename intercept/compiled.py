@@ -30,7 +30,7 @@ import functools
 import hashlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ContextManager, Protocol, cast
 
 import torch
 from torch._dynamo.backends.common import aot_autograd
@@ -40,7 +40,6 @@ from torch._inductor import lowering
 from torch._inductor.decomposition import select_decomp_table
 
 from intercept import fake_mode, op_costs, shim
-from intercept.runtime import RankRuntime
 from phantora.compute.ops import base_name
 from phantora.compute.spec import CONV_OPS, GROUPED_MATMUL_OPS, MATMUL_OPS, KernelSpec
 
@@ -77,6 +76,15 @@ COLUMN_REDUCTION_KERNEL = "inductor::triton_reduction"
 """Names of the generated kernels (their base names key the Triton rows of the tables)."""
 
 
+class CompiledRuntime(Protocol):
+    """What a compiled graph needs of ``intercept.runtime.RankRuntime``."""
+
+    def excluded(self) -> ContextManager[None]: ...
+    def kernel(self, spec: KernelSpec, stream: int,
+               launch_overhead_ns: int | None = None) -> None: ...
+    def charge_host(self, duration_ns: int) -> None: ...
+
+
 @functools.cache
 def backend(mode: str | None = None) -> Callable[..., Any]:
     """The ``torch.compile`` backend standing in for Inductor under ``mode`` (one object per
@@ -109,17 +117,18 @@ class CompiledGraph:
     """Code generation still to charge (at the first call)."""
 
     def __call__(self, *args: Any) -> Any:
-        mode, rt = fake_mode.active(), RankRuntime.current()
-        if mode is None or rt is None:  # not under the simulator: run the ops as they are
+        mode = fake_mode.active()
+        if mode is None:  # not under the simulator: run the ops as they are
             return self.gm(*args)
+        rt = cast(CompiledRuntime, mode.runtime)
         with rt.excluded(), mode.kernels_replaced():
             # the ops of the graph: a real host runs generated code instead of dispatching them
             out = self.gm(*args)
         device = next((t.device.index or 0 for t in op_costs.flat_tensors(list(args))
                        if t.device.type == "cuda"), 0)
-        rt.clock.charge(self.compile_ns)
+        rt.charge_host(self.compile_ns
+                       + (GRAPH_REPLAY_OVERHEAD_NS if self.cuda_graphs else GRAPH_CALL_OVERHEAD_NS))
         self.compile_ns = 0
-        rt.clock.charge(GRAPH_REPLAY_OVERHEAD_NS if self.cuda_graphs else GRAPH_CALL_OVERHEAD_NS)
         stream = shim.library().fakecuda_current_stream(device)
         for spec in self.plan:
             rt.kernel(spec, stream, launch_overhead_ns=0 if self.cuda_graphs else None)

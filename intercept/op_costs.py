@@ -153,10 +153,17 @@ def _strided(args: tuple[Any, ...], out: Any) -> bool:
     operands are scalars to the kernel."""
     if not isinstance(out, torch.Tensor):
         return False
-    dense_out = out.is_contiguous() or out.is_contiguous(memory_format=torch.channels_last)
-    return any(t.numel() > 1 and (t.shape != out.shape or t.stride() != out.stride()
-                                  or not dense_out)
+    if not (out.is_contiguous() or out.is_contiguous(memory_format=torch.channels_last)):
+        return any(t.numel() > 1 for t in flat_tensors(args))
+    return any(t.numel() > 1 and (t.shape != out.shape or not _laid_out_alike(t, out))
                for t in flat_tensors(args))
+
+
+def _laid_out_alike(t: torch.Tensor, out: torch.Tensor) -> bool:
+    """Same strides as ``out`` wherever a dimension has more than one element (the stride of
+    a size-1 dimension means nothing)."""
+    return all(a == b for a, b, size in zip(t.stride(), out.stride(), out.shape, strict=True)
+               if size > 1)
 
 
 def dtype_name(dtype: torch.dtype) -> str:

@@ -102,6 +102,11 @@ class RankRuntime:
             self._client.add(Kernel, stream=stream, duration_ns=cost.duration_ns, name=spec.name,
                              flops=spec.flops, bytes=spec.bytes, source=cost.source.value)
 
+    def charge_host(self, duration_ns: int) -> None:
+        """Modelled CPU time of the script's host beyond what it runs here (a compiled graph's
+        launcher, its code generation)."""
+        self.clock.charge(duration_ns)
+
     def new_event(self) -> int:
         """A fresh event id of this rank."""
         return next(self._events)
