@@ -415,6 +415,18 @@ class SimFakeMode(FakeTensorMode):
                     "on every member (or a member exited before sending them)")
 
     @contextlib.contextmanager
+    def kernels_replaced(self) -> Iterator[None]:
+        """Ops run inside make their outputs and take device memory as usual but launch no
+        kernels: a compiled graph, whose kernels ``intercept.compiled`` launches instead."""
+        state = self._thread
+        previous = getattr(state, "replaced", False)
+        state.replaced = True
+        try:
+            yield
+        finally:
+            state.replaced = previous
+
+    @contextlib.contextmanager
     def shapes_only(self) -> Iterator[None]:
         """Ops run inside only derive shapes, like the ops FakeTensorMode issues itself: they
         take no device memory and launch no kernel (DTensor's sharding propagation, which on
@@ -472,7 +484,7 @@ class SimFakeMode(FakeTensorMode):
             if self.on_functional_collective is None:
                 raise SimulationError(f"{func} needs a process group, but none is connected")
             self.on_functional_collective(func, args, kwargs, out)
-        elif launch is not None:
+        elif launch is not None and not getattr(state, "replaced", False):
             spec, device, host_waits = launch
             stream = self._current_stream(device)
             self.runtime.kernel(spec, stream)

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import flop_registry
 
-from phantora.compute.spec import MATMUL_OPS, STRIDED, KernelSpec
+from phantora.compute.spec import CONV_OPS, GROUPED_MATMUL_OPS, MATMUL_OPS, STRIDED, KernelSpec
 
 aten = torch.ops.aten
 
@@ -105,19 +105,65 @@ def kernel_spec(name: str, func: Any, args: tuple[Any, ...], kwargs: dict[str, A
             dims = (batch, heads, key.shape[1], seq_q, key.shape[2], head_dim)
             return KernelSpec(name, op_flops, nbytes, dtype_name(query.dtype), dims,
                               "causal" if _is_causal(func, args, kwargs) else "full")
+    if op in CONV_OPS:
+        return _conv_spec(name, op_flops, nbytes, args, backward=op.endswith("_backward"))
+    if op in GROUPED_MATMUL_OPS:
+        return _grouped_spec(name, nbytes, args)
     return KernelSpec(name, op_flops, nbytes, _elementwise_dtype(func, args, out),
                       variant=STRIDED if _strided(args, out) else "")
+
+
+def _conv_spec(name: str, op_flops: int, nbytes: int, args: tuple[Any, ...],
+               backward: bool) -> KernelSpec:
+    """``convolution(input, weight, ...)`` / ``convolution_backward(grad, input, weight, ...)``:
+    dims from the input and weight (square images and kernels are assumed: the height is
+    taken), layout ``nhwc`` where the input or the weight is channels_last (cuDNN's rule; the
+    CPU build's shape functions may hand back NCHW outputs where a GPU would not)."""
+    x, weight = (args[1], args[2]) if backward else (args[0], args[1])
+    stride = args[4] if backward else args[3]
+    if x.dim() != 4:
+        return KernelSpec(name, op_flops, nbytes, dtype_name(x.dtype))
+    layout = "nhwc" if any(t.is_contiguous(memory_format=torch.channels_last)
+                           and not t.is_contiguous() for t in (x, weight)) else "nchw"
+    dims = (x.shape[0], x.shape[1], weight.shape[0], x.shape[2], weight.shape[2], stride[0])
+    return KernelSpec(name, op_flops, nbytes, dtype_name(x.dtype), dims, layout)
+
+
+def _grouped_spec(name: str, nbytes: int, args: tuple[Any, ...]) -> KernelSpec:
+    """``_grouped_mm(a, b, offs)``: ``[rows, k] x [groups, k, n]`` (``fwd`` where b is a
+    transposed view of ``[groups, n, k]`` weights, ``dgrad`` where b is stored so), or
+    ``[k, rows] x [rows, n] -> [groups, k, n]`` (``wgrad``). FLOPs: 2 x rows x n x k."""
+    a, b = args[0], args[1]
+    offs = args[2] if len(args) > 2 else None
+    groups = offs.numel() if isinstance(offs, torch.Tensor) else (b.shape[0] if b.dim() == 3 else 1)
+    if a.dim() == 2 and b.dim() == 2:
+        k, rows, n, variant = a.shape[0], a.shape[1], b.shape[1], "wgrad"
+    else:
+        rows, k, n = a.shape[-2] * (a.shape[0] if a.dim() == 3 else 1), a.shape[-1], b.shape[-1]
+        variant = "fwd" if b.stride(-1) != 1 else "dgrad"
+    return KernelSpec(name, 2 * rows * n * k, nbytes, dtype_name(a.dtype), (groups, rows, n, k),
+                      variant)
 
 
 def _strided(args: tuple[Any, ...], out: Any) -> bool:
     """Whether an operand is a non-contiguous view or broadcast to the output's shape: PyTorch's
     element-wise ops then run their non-vectorised kernel (rotary embeddings' half-row views
-    times a broadcast ``cos``). Only a single-tensor output is judged; one-element operands are
-    scalars to the kernel."""
+    times a broadcast ``cos``). Operands laid out like the output (channels_last activations)
+    are dense: the vectorised kernel runs. Only a single-tensor output is judged; one-element
+    operands are scalars to the kernel."""
     if not isinstance(out, torch.Tensor):
         return False
-    return any(t.numel() > 1 and (t.shape != out.shape or not t.is_contiguous())
+    if not (out.is_contiguous() or out.is_contiguous(memory_format=torch.channels_last)):
+        return any(t.numel() > 1 for t in flat_tensors(args))
+    return any(t.numel() > 1 and (t.shape != out.shape or not _laid_out_alike(t, out))
                for t in flat_tensors(args))
+
+
+def _laid_out_alike(t: torch.Tensor, out: torch.Tensor) -> bool:
+    """Same strides as ``out`` wherever a dimension has more than one element (the stride of
+    a size-1 dimension means nothing)."""
+    return all(a == b for a, b, size in zip(t.stride(), out.stride(), out.shape, strict=True)
+               if size > 1)
 
 
 def dtype_name(dtype: torch.dtype) -> str:

@@ -35,9 +35,10 @@ import torch.cuda.nvtx
 import torch.distributed.tensor._sharding_prop
 import torch.optim.optimizer
 import torch.utils._foreach_utils
+from torch._prims_common import suggest_memory_format
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
-from intercept import cuda_ops, fake_mode, shim
+from intercept import compiled, cuda_ops, fake_mode, shim
 from phantora.cluster.catalogue import GpuSpec
 from phantora.errors import SimulationError
 
@@ -454,23 +455,44 @@ def with_fake_tensor(original: list[type]) -> list[type]:
 
 
 def compile_with_runnable_backend(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``torch.compile`` runs with ``aot_eager``: inductor executes generated code on real
-    buffers. Recorded kernels are then the AOT graph's ops (fusion is not modelled yet)."""
+    """``torch.compile`` with Inductor (the default backend) runs ``intercept.compiled``'s
+    stand-in, which launches what Inductor would (fused kernels, extern kernels) without
+    generating code; other backends that need real buffers run as ``aot_eager``."""
 
     @functools.wraps(original)
     def compile(*args: Any, **kwargs: Any) -> Any:
         global _compile_warned
         backend = kwargs.get("backend") or "inductor"
-        if backend not in RUNNABLE_COMPILE_BACKENDS:
+        if backend == "inductor":
+            kwargs.update(backend=compiled.backend(kwargs.get("mode")), mode=None,
+                          options=None)
+        elif backend not in RUNNABLE_COMPILE_BACKENDS and isinstance(backend, str):
             if not _compile_warned:
                 _compile_warned = True
                 warnings.warn(f"phantora: torch.compile backend {backend!r} replaced by "
-                              "'aot_eager' (fake GPUs cannot run generated kernels; fusion is "
-                              "not modelled)", RuntimeWarning, stacklevel=2)
+                              "'aot_eager' (fake GPUs cannot run generated kernels)",
+                              RuntimeWarning, stacklevel=2)
             kwargs.update(backend="aot_eager", mode=None, options=None)
         return original(*args, **kwargs)
 
     return compile
+
+
+def conv_memory_format_as_cudnn(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Convolutions on (fake) CUDA tensors lay their outputs out as cuDNN does: channels_last
+    where the input or the weight is (``cudnn_conv_suggest_memory_format``). A CPU build picks
+    a CPU backend for them, whose outputs are NCHW: the rest of a channels_last CNN would then
+    run, and be costed, in the wrong layout."""
+
+    @functools.wraps(original)
+    def determine(input: torch.Tensor, weight: torch.Tensor, backend: Any) -> Any:
+        if input.device.type == "cuda" and input.dim() == 4:
+            if any(suggest_memory_format(t) is torch.channels_last for t in (input, weight)):
+                return torch.channels_last
+            return torch.contiguous_format
+        return original(input, weight, backend)
+
+    return determine
 
 
 # --- scaled dot-product attention -------------------------------------------------------------
@@ -633,6 +655,8 @@ PATCHES: tuple[Patch | Wrap | Register, ...] = (
     *(Register(op, "CUDA", cuda_ops.placeholder_kernel(op),
                "without a CUDA kernel, AutogradCUDA decomposes it (intercept.cuda_ops)")
       for op in cuda_ops.FUSED_ON_CUDA),
+    Wrap("torch._C._conv_determine_backend_memory_format", conv_memory_format_as_cudnn,
+         "a CPU build has no cuDNN: channels_last convolutions would return NCHW"),
     # compilation and threads
     Wrap("torch.compile", compile_with_runnable_backend, "inductor needs real buffers + Triton"),
     Wrap("torch.utils._python_dispatch._push_mode", push_mode_counting_its_dispatch,

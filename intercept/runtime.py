@@ -103,14 +103,20 @@ class RankRuntime:
         """CPU time spent inside is the simulator's, not the script's (not in virtual time)."""
         return self.clock.excluded()
 
-    def kernel(self, spec: KernelSpec, stream: int) -> None:
+    def kernel(self, spec: KernelSpec, stream: int, launch_overhead_ns: int | None = None) -> None:
         """Record a kernel launch at the current clock; charges the modelled launch overhead
-        to the clock and the compute model's duration to the GPU stream."""
+        (``launch_overhead_ns`` where given: 0 for a kernel of a replayed CUDA graph) to the
+        clock and the compute model's duration to the GPU stream."""
         with self.clock.excluded():
             cost = self._kernel_cost(spec)
-            self._launch()
+            self._launch(launch_overhead_ns)
             self._client.add(Kernel, stream=stream, duration_ns=cost.duration_ns, name=spec.name,
                              flops=spec.flops, bytes=spec.bytes, source=cost.source.value)
+
+    def charge_host(self, duration_ns: int) -> None:
+        """Modelled CPU time of the script's host beyond what it runs here (a compiled graph's
+        launcher, its code generation)."""
+        self.clock.charge(duration_ns)
 
     def new_event(self) -> int:
         """A fresh event id of this rank."""

@@ -81,9 +81,10 @@ import torch.nn.functional as F  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
-SECTIONS = ("matmul", "attention", "memory", "optimizer")
+SECTIONS = ("matmul", "attention", "memory", "optimizer", "conv", "vision", "triton", "grouped")
 # Share of --budget-s per section; time a section leaves unused passes to the next.
-SECTION_SHARE = {"matmul": 0.5, "attention": 0.2, "memory": 0.2, "optimizer": 0.1}
+SECTION_SHARE = {"matmul": 0.5, "attention": 0.2, "memory": 0.2, "optimizer": 0.1,
+                 "conv": 0.4, "vision": 0.15, "triton": 0.3, "grouped": 0.15}
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
           "tf32": torch.float32}
 ELEM_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "tf32": 4}
@@ -165,6 +166,22 @@ class Grid:
     more_embeddings: tuple[tuple[int, int], ...]
     max_case_bytes: int
     """Holdout cases whose compulsory traffic exceeds this are redrawn (memory and time)."""
+    # Third round (issue 15): other model families, Inductor's kernels, grouped GEMMs.
+    conv_batches: tuple[int, ...] = (32, 96, 256)
+    """Batches of the ResNet-50 / ViT-B/16 convolutions in bf16 channels_last; 64 and 128, the
+    validation runs' batches, are left to interpolation on purpose."""
+    conv_other_batch: int = 64
+    """Batch of the other dtypes and layouts (fp16 and fp32 channels_last, bf16 NCHW)."""
+    image: int = 224
+    unet_batch: int = 8
+    unet_latent: int = 64
+    triton_numels: tuple[int, ...] = tuple(4**e for e in range(8, 15))
+    """Elements of the compiled (Triton) pointwise and reduction kernels: 2^16 ... 2^28."""
+    grouped_rows: tuple[int, ...] = (8192, 32768, 131072)
+    """Token rows (all experts together) of the grouped GEMMs."""
+    grouped_shapes: tuple[tuple[int, int, int], ...] = ((8, 4096, 14336), (64, 2048, 1024),
+                                                        (64, 1024, 2048), (8, 14336, 4096))
+    """(experts, K, N) of an expert layer's grouped GEMM."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,7 +282,8 @@ SMOKE = Grid(
     max_fp32_flops=10**9,
     more_tokens=(48,), more_pairs=((64, 96),), moe_bmm=((2, 32, 64, 32),), holdout=8,
     more_hiddens=(32,), more_softmax_dims=(64,), more_vocabs=(500,), more_embeddings=((500, 32),),
-    max_case_bytes=2**22,
+    max_case_bytes=2**22, conv_batches=(2,), conv_other_batch=2, image=32, unet_batch=1,
+    unet_latent=8, triton_numels=(2**12,), grouped_rows=(64,), grouped_shapes=((2, 32, 64),),
 )
 
 
@@ -287,6 +305,9 @@ class Case:
     """Makes one input set on the device and returns the call to time."""
     cache: str = "cold"
     """``cold``: rotate input sets past the L2; ``warm``: reuse one set."""
+    aten_ops: str = ""
+    """What the ``aten_ops`` column says where the ops are not recorded (compiled calls, which
+    a dispatch mode would make recompile)."""
 
     @property
     def key(self) -> str:
@@ -796,9 +817,254 @@ def optimizer_cases(grid: Grid) -> Iterator[Case]:
         yield optimizer_case(op, grid.models[0], "bf16")
 
 
+# --- other model families (issue 15) -----------------------------------------------------------
+
+
+def resnet50_convs(image: int) -> list[tuple[int, int, int, int, int]]:
+    """Distinct convolutions of ResNet-50 (v1.5) at ``image`` pixels: (in channels, out
+    channels, kernel, stride, input size), stem first."""
+    convs = [(3, 64, 7, 2, image)]
+    channels, size = 64, image // 4
+    for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+        for index in range(blocks):
+            s = stride if index == 0 else 1
+            convs += [(channels, width, 1, 1, size), (width, width, 3, s, size),
+                      (width, 4 * width, 1, 1, size // s)]
+            if index == 0:
+                convs.append((channels, 4 * width, 1, s, size))
+            channels, size = 4 * width, size // s
+    return list(dict.fromkeys(convs))
+
+
+def unet_convs(latent: int) -> list[tuple[int, int, int, int, int]]:
+    """3x3 convolutions of a Stable-Diffusion-style UNet at each of its resolutions."""
+    return [(4, 320, 3, 1, latent), (320, 320, 3, 1, latent), (320, 640, 3, 1, latent // 2),
+            (640, 640, 3, 1, latent // 2), (1280, 1280, 3, 1, latent // 4),
+            (1280, 1280, 3, 1, latent // 8), (2560, 1280, 3, 1, latent // 8)]
+
+
+CONV_LAYOUTS = {"nhwc": torch.channels_last, "nchw": torch.contiguous_format}
+
+
+def conv_case(direction: str, dtype: str, batch: int, conv: tuple[int, int, int, int, int],
+              layout: str) -> Case:
+    """``conv2d`` (cuDNN, ``cudnn.benchmark`` on) forward, or ``convolution_backward`` with the
+    input and weight gradients (``bwd``) or the weight gradient only (``bwd_w``: the first layer,
+    whose input needs none). Padding keeps the size (``kernel // 2``), except the patch
+    convolution (kernel = stride): no padding."""
+    cin, cout, kernel, stride, size = conv
+    pad = 0 if kernel == stride else kernel // 2
+    out_size = (size + 2 * pad - kernel) // stride + 1
+    fmt = CONV_LAYOUTS[layout]
+    es = ELEM_BYTES[dtype]
+
+    def build(device: torch.device) -> Call:
+        torch.backends.cudnn.benchmark = True
+        x = _randn((batch, cin, size, size), dtype, device).to(memory_format=fmt)
+        w = _randn((cout, cin, kernel, kernel), dtype, device).to(memory_format=fmt)
+        if direction == "fwd":
+            return lambda: F.conv2d(x, w, stride=stride, padding=pad)
+        dy = _randn((batch, cout, out_size, out_size), dtype, device).to(memory_format=fmt)
+        mask = [direction == "bwd", True, False]
+        return lambda: torch.ops.aten.convolution_backward(
+            dy, x, w, None, [stride] * 2, [pad] * 2, [1, 1], False, [0, 0], 1, mask)
+
+    n_in, n_w, n_out = batch * cin * size * size, cout * cin * kernel * kernel, \
+        batch * cout * out_size * out_size
+    flops = 2 * batch * cout * out_size * out_size * cin * kernel * kernel
+    if direction == "fwd":
+        io, work = n_in + n_w + n_out, flops
+    elif direction == "bwd":
+        io, work = n_out + n_in + n_w + n_in + n_w, 2 * flops
+    else:
+        io, work = n_out + n_in + n_w, flops
+    shape = {"n": batch, "c": cin, "k": cout, "size": size, "kernel": kernel, "stride": stride,
+             "pad": pad, "layout": layout}
+    return Case("conv", f"conv_{direction}", dtype, shape, work, io * es, build)
+
+
+def conv_cases(grid: Grid) -> Iterator[Case]:
+    """ResNet-50's convolutions (bf16 channels_last at ``conv_batches``; at one batch also fp16
+    and fp32 channels_last and bf16 NCHW), ViT-B/16's patch convolution, a diffusion UNet's."""
+    patch = (3, 768, 16, 16, grid.image)
+    for batch in grid.conv_batches:
+        for index, conv in enumerate(resnet50_convs(grid.image)):
+            for direction in ("fwd", "bwd_w" if index == 0 else "bwd"):
+                yield conv_case(direction, "bf16", batch, conv, "nhwc")
+        for direction in ("fwd", "bwd_w"):
+            yield conv_case(direction, "bf16", batch, patch, "nchw")
+    for dtype, layout in (("fp16", "nhwc"), ("fp32", "nhwc"), ("bf16", "nchw")):
+        for index, conv in enumerate(resnet50_convs(grid.image)):
+            for direction in ("fwd", "bwd_w" if index == 0 else "bwd"):
+                yield conv_case(direction, dtype, grid.conv_other_batch, conv, layout)
+    for conv in unet_convs(grid.unet_latent):
+        for layout in ("nhwc", "nchw"):
+            for direction in ("fwd", "bwd"):
+                yield conv_case(direction, "bf16", grid.unet_batch, conv, layout)
+
+
+VISION_OPS: dict[str, tuple[str, Callable[..., torch.Tensor], int]] = {
+    # name: (aten op the simulator records, the call, passes over the activation)
+    "native_batch_norm": ("native_batch_norm",
+                          lambda x, p: F.batch_norm(x, p[2], p[3], p[0], p[1], True), 2),
+    "native_group_norm": ("native_group_norm",
+                          lambda x, p: F.group_norm(x, 32, p[0], p[1]), 2),
+    "max_pool2d_with_indices": ("max_pool2d_with_indices",
+                                lambda x, p: F.max_pool2d(x, 3, 2, 1), 1),
+    "upsample_nearest2d": ("upsample_nearest2d",
+                           lambda x, p: F.interpolate(x, scale_factor=2.0, mode="nearest"), 1),
+}
+"""Normalisation, pooling and upsampling of CNNs and UNets; ``passes``: the input read plus the
+output written, in multiples of the input (pooling writes a quarter, upsampling four times)."""
+
+
+def vision_case(op: str, direction: str, dtype: str, batch: int, channels: int, size: int,
+                layout: str) -> Case:
+    """``op`` forward, or its backward through autograd, over an activation [batch, channels,
+    size, size] in ``layout``. The row's ``op`` is the aten op the simulator records
+    (``native_batch_norm_backward``), and its ``bytes`` what it counts for it: the activation's
+    passes (norm backward: read x and dy, write dx; pooling backward: read dy and the indices,
+    write dx)."""
+    aten_name, fn, _ = VISION_OPS[op]
+    es = ELEM_BYTES[dtype]
+    fmt = CONV_LAYOUTS[layout]
+    n = batch * channels * size * size
+    pooled = n // 4 if op == "max_pool2d_with_indices" else 4 * n if op.startswith(
+        "upsample") else n
+
+    def build(device: torch.device) -> Call:
+        x = _randn((batch, channels, size, size), dtype, device,
+                   direction == "bwd").to(memory_format=fmt)
+        params = [torch.ones(channels, device=device, requires_grad=direction == "bwd"),
+                  torch.zeros(channels, device=device, requires_grad=direction == "bwd"),
+                  torch.zeros(channels, device=device), torch.ones(channels, device=device)]
+        if direction == "fwd":
+            return lambda: fn(x, params)
+        y = fn(x, params)
+        dy = torch.randn_like(y)
+        inputs = (x, *params[:2]) if "norm" in op else (x,)
+        return lambda: torch.autograd.grad(y, inputs, dy, retain_graph=True)
+
+    if direction == "fwd":
+        io = (n + pooled) * es + (pooled * INDEX_BYTES if op.startswith("max_pool") else 0)
+        name = aten_name
+    else:
+        io = (2 * n + pooled) * es if "norm" in op else (n + pooled) * es + (
+            pooled * INDEX_BYTES if op.startswith("max_pool") else 0)
+        name = f"{aten_name}_backward"
+    shape = {"n": batch, "c": channels, "size": size, "layout": layout}
+    return Case("vision", name, dtype, shape, n, io, build)
+
+
+def vision_cases(grid: Grid) -> Iterator[Case]:
+    """Batch norm and ReLU-sized activations of ResNet-50 (channels_last), its max pool, and a
+    UNet's group norm and nearest upsampling (NCHW), forward and backward, bf16 and fp32."""
+    acts = [(64, grid.image // 2), (256, grid.image // 4), (64, grid.image // 4),
+            (512, grid.image // 8), (1024, grid.image // 16), (2048, grid.image // 32)]
+    for batch in (*grid.conv_batches, grid.conv_other_batch):
+        for dtype in ("bf16", "fp32"):
+            for channels, size in acts:
+                for direction in ("fwd", "bwd"):
+                    yield vision_case("native_batch_norm", direction, dtype, batch, channels,
+                                      size, "nhwc")
+            for direction in ("fwd", "bwd"):
+                yield vision_case("max_pool2d_with_indices", direction, dtype, batch, 64,
+                                  grid.image // 2, "nhwc")
+    for scale in (1, 2, 4):
+        for channels, size in ((320, grid.unet_latent), (640, grid.unet_latent // 2),
+                               (1280, grid.unet_latent // 4)):
+            for op in ("native_group_norm", "upsample_nearest2d"):
+                for direction in ("fwd", "bwd"):
+                    yield vision_case(op, direction, "bf16", grid.unet_batch * scale, channels,
+                                      size, "nchw")
+
+
+TRITON_KERNELS: dict[str, tuple[Callable[..., torch.Tensor], int, int, str]] = {
+    # name: (function compiled, inputs read, outputs written, what Inductor launches)
+    "triton_pointwise": (lambda x, y: torch.relu(x * y + 1.0), 2, 1, "triton_poi"),
+    "triton_pointwise4": (lambda x, y, z, u: (x * y + z * u, x - u), 4, 2, "triton_poi"),
+    "triton_rows": (lambda x, w: F.layer_norm(x * 2.0, x.shape[-1:], w) + x, 2, 1,
+                    "triton_per"),
+    "triton_sum_dim0": (lambda x, w: (x * w).sum(0), 2, 0, "triton_red"),
+}
+"""Inductor-generated Triton kernels: a pointwise fusion (2 in, 1 out; 4 in, 2 out), a
+layer norm fused with its producer and a residual add (a persistent row reduction) and a
+column reduction (the bias gradient). ``w`` is one row, broadcast (negligible bytes)."""
+TRITON_ROW = 4096
+
+
+def triton_case(name: str, dtype: str, numel: int) -> Case:
+    """One call of ``torch.compile(fn, dynamic=False)`` over tensors of ``numel`` elements."""
+    fn, reads, writes, kind = TRITON_KERNELS[name]
+    es = ELEM_BYTES[dtype]
+    rows = max(1, numel // TRITON_ROW)
+    reduced = name == "triton_sum_dim0"
+
+    def build(device: torch.device) -> Call:
+        import torch._dynamo  # noqa: PLC0415  (only this section compiles)
+        torch._dynamo.config.cache_size_limit = 4096
+        compiled = torch.compile(fn, dynamic=False)
+        if name.startswith("triton_pointwise"):
+            args = [_randn((numel,), dtype, device) for _ in range(reads)]
+        else:
+            args = [_randn((rows, TRITON_ROW), dtype, device),
+                    _randn((TRITON_ROW,), dtype, device)]
+        return lambda: compiled(*args)
+
+    elements = rows * TRITON_ROW if not name.startswith("triton_pointwise") else numel
+    io = elements * es * (reads - (0 if name.startswith("triton_pointwise") else 1)) \
+        + elements * es * writes + (TRITON_ROW * es if not name.startswith("triton_poi") else 0)
+    if reduced:
+        io += TRITON_ROW * es
+    return Case("triton", name, dtype, {"numel": elements}, elements, io, build,
+                aten_ops=kind)
+
+
+def triton_cases(grid: Grid) -> Iterator[Case]:
+    """Each Triton kernel at every size, bf16 and fp32."""
+    for numel in grid.triton_numels:
+        for dtype in ("bf16", "fp32"):
+            for name in TRITON_KERNELS:
+                yield triton_case(name, dtype, numel)
+
+
+def grouped_case(direction: str, experts: int, rows: int, k: int, n: int) -> Case:
+    """``torch._grouped_mm`` of an expert layer, rows split evenly over the experts, weights
+    stored ``[E, n, k]`` (torchtitan's): forward ``[rows, k] x [E, n, k]ᵀ``, input gradient
+    ``[rows, n] x [E, n, k]``, weight gradient ``[k, rows] x [rows, n] -> [E, k, n]``."""
+
+    def build(device: torch.device) -> Call:
+        ends = torch.arange(1, experts + 1, device=device, dtype=torch.int32) * (rows // experts)
+        if direction == "fwd":
+            x = _randn((rows, k), "bf16", device)
+            w = _randn((experts, n, k), "bf16", device).transpose(-1, -2)
+            return lambda: torch._grouped_mm(x, w, offs=ends)
+        if direction == "dgrad":
+            dy = _randn((rows, n), "bf16", device)
+            w = _randn((experts, n, k), "bf16", device)
+            return lambda: torch._grouped_mm(dy, w, offs=ends)
+        xt = _randn((rows, k), "bf16", device).t()
+        dy = _randn((rows, n), "bf16", device)
+        return lambda: torch._grouped_mm(xt, dy, offs=ends)
+
+    io = 2 * (rows * k + experts * k * n + rows * n)
+    shape = {"experts": experts, "rows": rows, "k": k, "n": n, "direction": direction}
+    return Case("grouped", "_grouped_mm", "bf16", shape, 2 * rows * k * n, io, build)
+
+
+def grouped_cases(grid: Grid) -> Iterator[Case]:
+    """Forward, input- and weight-gradient grouped GEMMs of MoE expert layers."""
+    for rows in grid.grouped_rows:
+        for experts, k, n in grid.grouped_shapes:
+            if rows >= 16 * experts:
+                for direction in ("fwd", "dgrad", "wgrad"):
+                    yield grouped_case(direction, experts, rows, k, n)
+
+
 CASE_SOURCES: dict[str, Callable[[Grid], Iterator[Case]]] = {
     "matmul": matmul_cases, "attention": attention_cases, "memory": memory_cases,
-    "optimizer": optimizer_cases,
+    "optimizer": optimizer_cases, "conv": conv_cases, "vision": vision_cases,
+    "triton": triton_cases, "grouped": grouped_cases,
 }
 
 
@@ -952,12 +1218,12 @@ def measure(case: Case, timer: Timer, gpu: str, l2_bytes: int) -> Row:
         t0 = time.perf_counter()
         for call in calls:  # first pass: allocation, autotuning, optimizer state
             call()
-        with recorder:  # second pass: steady state, which the aten_ops column describes
-            calls[0]()
+        with recorder if not case.aten_ops else contextlib.nullcontext():
+            calls[0]()  # second pass: steady state, which the aten_ops column describes
         for call in calls[1:]:
             call()
         timer.sync()
-        row.aten_ops = recorder.summary()
+        row.aten_ops = case.aten_ops or recorder.summary()
         upper_us = (time.perf_counter() - t0) * 1e6 / (2 * sets)
         device_us, host_us = timer.probe(calls, max(1, min(16, int(PROBE_SLEEP_US / upper_us))))
         count = max(1, min(MAX_CALLS, round(TARGET_REPEAT_US / max(device_us, 0.1))))

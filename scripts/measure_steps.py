@@ -160,8 +160,9 @@ def tp_model(nproc: int) -> str | None:
 
 
 def suite(name: str, nproc: int = DEFAULT_DIST_NPROC) -> list[Run]:
-    """Runs of a suite: ``single``, ``llama`` (one GPU), ``dist``, ``dist-more`` (``nproc``
-    GPUs, torchrun) or ``profile`` (one GPU, under the profiler)."""
+    """Runs of a suite: ``single``, ``llama``, ``families`` (one GPU: compiled LMs beside
+    their eager selves, ResNet-50, ViT-B/16, a mixture of experts), ``dist``, ``dist-more``
+    (``nproc`` GPUs, torchrun) or ``profile`` (one GPU, under the profiler)."""
     if name == "single":
         return [Run("gpt2-124m-b8", "gpt_single.py", (*GPT2_124M, "--batch-size", "8")),
                 Run("gpt2-124m-b16", "gpt_single.py", (*GPT2_124M, "--batch-size", "16")),
@@ -201,6 +202,27 @@ def suite(name: str, nproc: int = DEFAULT_DIST_NPROC) -> list[Run]:
                             ("--model", "gpt2-350m", *GPT2_124M[2:], "--batch-size", "8"),
                             nproc=nproc))
         return runs
+    if name == "families":
+        gpt2 = ("--model", "gpt2-124m", *GPT2_124M[2:], "--batch-size", "8")
+        llama = ("--model", "llama-1b", *LLAMA_SEQ_2048, "--batch-size", "4")
+        vision = ("--image-size", "224", "--steps", "12")
+        # in order of need: a run the budget ends is lost
+        return [Run("gpt2-124m-b8", "gpt_single.py", gpt2),
+                Run("gpt2-124m-b8-compile", "gpt_single.py", (*gpt2, "--compile")),
+                Run("resnet50-b64", "vision_single.py",
+                    ("--model", "resnet50", "--batch-size", "64", *vision)),
+                Run("resnet50-b128", "vision_single.py",
+                    ("--model", "resnet50", "--batch-size", "128", *vision)),
+                Run("vit-b16-b64", "vision_single.py",
+                    ("--model", "vit-b16", "--batch-size", "64", *vision)),
+                Run("llama-moe-2b-b4", "gpt_single.py",
+                    ("--model", "llama-moe-2b", *LLAMA_SEQ_2048, "--batch-size", "4")),
+                Run("llama-1b-b4", "gpt_single.py", llama),
+                Run("llama-1b-b4-compile", "gpt_single.py", (*llama, "--compile")),
+                Run("gpt2-124m-b8-compile-cudagraphs", "gpt_single.py",
+                    (*gpt2, "--compile", "--compile-mode", "reduce-overhead")),
+                Run("resnet50-b64-compile", "vision_single.py",
+                    ("--model", "resnet50", "--batch-size", "64", *vision, "--compile"))]
     if name == "profile":
         return [Run(f"{PROFILE_PREFIX}llama-1b-b4", "gpt_single.py",
                     ("--model", "llama-1b", *LLAMA_SEQ_2048[:2], "--steps", "4",

@@ -12,6 +12,13 @@ from typing import Any
 from phantora.cluster.catalogue import GpuSpec
 from phantora.compute.model import CostSource
 
+FALLBACK_SOURCES = frozenset({CostSource.FITTED, CostSource.UNKNOWN})
+"""Kernels costed without a measurement of their op on this GPU (host copies have their own
+measured link model and are not counted here)."""
+FALLBACK_WARN_SHARE = 0.05
+"""Above this share of GPU time costed by fallback, the console warns and ``summary.json``
+says so (``fallback_warning``): the estimate then leans on the roofline."""
+
 
 @dataclass(slots=True)
 class _Tally:
@@ -51,9 +58,20 @@ class Coverage:
                  for name, sources in self.by_op.items() if source in sources]
         return [name for _, name in sorted(found, key=lambda item: (-item[0], item[1]))]
 
+    def fallback_by_op(self) -> dict[str, float]:
+        """Share of all GPU time each op had costed by fallback (fitted roofline, unknown op),
+        largest first."""
+        total_ns = self.time_ns
+        shares = {name: sum(t.time_ns for s, t in sources.items() if s in FALLBACK_SOURCES)
+                  for name, sources in self.by_op.items()}
+        return {name: round(ns / total_ns, 4) for name, ns in
+                sorted(shares.items(), key=lambda item: (-item[1], item[0])) if ns and total_ns}
+
     def to_dict(self, top: int = 20) -> dict[str, Any]:
-        """The JSON form: totals, time by source (with shares), the ``top`` ops by time, the
-        ``top`` ops by time costed without a table (``fallback_ops``), and unknown ops."""
+        """The JSON form: totals, time by source (with shares), the share costed by fallback
+        (fitted roofline and unknown ops: ``fallback_share``, ``fallback_warning`` above
+        :data:`FALLBACK_WARN_SHARE`, ``fallback_by_op``), the ``top`` ops by time, the ``top``
+        ops by time costed without a table (``fallback_ops``), and unknown ops."""
         total_ns = self.time_ns
 
         def share(time_ns: int) -> float:
@@ -75,16 +93,20 @@ class Coverage:
                     for time_ns, name, kernels, main in found[:top]]
 
         from_table_ns = sum(t.time_ns for s, t in self.by_source.items() if s.from_table)
+        fallback_ns = sum(t.time_ns for s, t in self.by_source.items() if s in FALLBACK_SOURCES)
         return {
             "gpu": self.gpu.name,
             "kernels": self.kernels,
             "time_ns": total_ns,
             "from_tables_share": share(from_table_ns),
+            "fallback_share": share(fallback_ns),
+            "fallback_warning": bool(total_ns) and fallback_ns / total_ns > FALLBACK_WARN_SHARE,
             "by_source": {source.value: {"kernels": self.by_source[source].kernels,
                                          "time_ns": self.by_source[source].time_ns,
                                          "share": share(self.by_source[source].time_ns)}
                           for source in CostSource if source in self.by_source},
             "top_ops": rows(only_fallback=False),
             "fallback_ops": rows(only_fallback=True),
+            "fallback_by_op": self.fallback_by_op(),
             "unknown_ops": self.ops_from(CostSource.UNKNOWN),
         }

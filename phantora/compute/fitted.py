@@ -22,6 +22,11 @@ from phantora.cluster.catalogue import GpuSpec
 from phantora.compute.table import KernelTable, attention_flops, matmul_flops
 
 
+MEMORY_SECTIONS = frozenset({"memory", "optimizer"})
+"""Table sections whose rows fit the memory curve: the eager ATen streaming ops (convolutions,
+grouped GEMMs, Inductor's kernels and CNN layers have rows of their own)."""
+
+
 @dataclass(frozen=True)
 class _Curve:
     log2_work: np.ndarray
@@ -72,7 +77,7 @@ class EfficiencyCurves:
                 flops = attention_flops(row.dims, row.variant == "causal", row.backward)
                 _append(attention.setdefault("bwd" if row.backward else "fwd", ([], [])), flops,
                         flops / row.time_ns / peak_flop_per_ns)
-            elif "+" not in row.aten_ops:
+            elif row.section in MEMORY_SECTIONS and "+" not in row.aten_ops:
                 _append(memory, row.bytes, row.bytes / row.time_ns / measured_on.hbm_gbs)
         floor_ns = round(min(row.time_ns for row in table.rows))
         return cls({dtype: _Curve.fit(*points) for dtype, points in matmul.items()},

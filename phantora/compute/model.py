@@ -109,6 +109,7 @@ class ComputeModel:
             backward = family is Family.ATTENTION_BWD
             flops = attention_flops(spec.dims, spec.variant == "causal", backward)
             return KernelCost(curves.attention_ns(flops, backward, gpu), CostSource.FITTED)
+        # convolutions and grouped GEMMs without rows fall to the matmul curve of their FLOPs
         memory_ns = curves.memory_ns(spec.bytes, gpu)
         if spec.flops > 0:
             return KernelCost(max(memory_ns, curves.compute_ns(spec.flops, spec.dtype, gpu)),

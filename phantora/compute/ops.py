@@ -26,6 +26,13 @@ MEMORY_BOUND_OPS: frozenset[str] = frozenset({
     # normalisation, softmax, losses, dropout, random fills
     "native_layer_norm", "native_layer_norm_backward", "_fused_rms_norm",
     "_fused_rms_norm_backward", "native_group_norm", "native_batch_norm",
+    "native_group_norm_backward", "native_batch_norm_backward", "_native_batch_norm_legit",
+    "_native_batch_norm_legit_functional", "_native_batch_norm_legit_no_training",
+    # pooling and resampling (CNNs, UNets)
+    "max_pool2d_with_indices", "max_pool2d_with_indices_backward", "avg_pool2d",
+    "avg_pool2d_backward", "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward",
+    "upsample_nearest2d", "upsample_nearest2d_backward", "upsample_bilinear2d",
+    "upsample_bilinear2d_backward", "index_add", "bincount", "histc",
     "_softmax", "_softmax_backward_data", "_log_softmax", "_log_softmax_backward_data",
     "nll_loss_forward", "nll_loss_backward", "nll_loss2d_forward", "nll_loss2d_backward",
     "native_dropout", "native_dropout_backward", "bernoulli", "uniform", "normal",
@@ -36,8 +43,9 @@ MEMORY_BOUND_OPS: frozenset[str] = frozenset({
 })
 """Op names without the ``aten::`` namespace, overload or in-place ``_`` suffix."""
 
-MEMORY_BOUND_PREFIXES: tuple[str, ...] = ("_foreach_", "_fused_adam", "_fused_sgd")
-"""Optimizer kernels: multi-tensor loops that stream parameters, grads and states once."""
+MEMORY_BOUND_PREFIXES: tuple[str, ...] = ("_foreach_", "_fused_adam", "_fused_sgd", "triton_")
+"""Optimizer kernels: multi-tensor loops that stream parameters, grads and states once; the
+kernels Inductor generates for ``torch.compile`` (fused element-wise ops and reductions)."""
 
 
 SAME_KERNEL_AS: dict[str, str] = {
@@ -47,6 +55,8 @@ SAME_KERNEL_AS: dict[str, str] = {
     # FSDP2's copies into and out of its flat all-gather / reduce-scatter buffers
     "all_gather_copy_in": "copy", "split_with_sizes_copy": "copy", "chunk_cat": "cat",
     "_chunk_cat": "cat",
+    "_native_batch_norm_legit": "native_batch_norm",
+    "_native_batch_norm_legit_functional": "native_batch_norm",
 }
 """Ops that launch the kernel of a measured op: factories fill their output, FSDP2's buffer
 ops copy or concatenate."""

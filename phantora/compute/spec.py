@@ -14,6 +14,13 @@ from phantora.compute.ops import base_name
 MATMUL_OPS: frozenset[str] = frozenset({"mm", "addmm", "bmm", "baddbmm"})
 """Matrix products whose shape is ``(batch, m, n, k)`` (batch 1 for 2-D products)."""
 
+CONV_OPS: frozenset[str] = frozenset({"convolution", "convolution_backward"})
+"""Convolutions: shape ``(batch, in_channels, out_channels, input size, kernel, stride)``."""
+GROUPED_MATMUL_OPS: frozenset[str] = frozenset({"_grouped_mm"})
+"""Grouped GEMMs (MoE experts): shape ``(groups, rows, n, k)``, rows summed over the groups."""
+TRITON_PREFIX = "triton_"
+"""Kernels Inductor generates (``torch.compile``): costed by bytes from the Triton rows."""
+
 MEMCPY_HTOD = "Memcpy HtoD"
 MEMCPY_DTOH = "Memcpy DtoH"
 """Copies between host and GPU memory, named as the CUDA profiler names them."""
@@ -30,6 +37,8 @@ class Family(str, Enum):
     MATMUL = "matmul"
     ATTENTION_FWD = "attention-fwd"
     ATTENTION_BWD = "attention-bwd"
+    CONV = "conv"
+    GROUPED_MATMUL = "grouped-matmul"
     HOST_TRANSFER = "host-transfer"
     OTHER = "other"
     """Everything else: element-wise, normalisation, reductions, optimizer loops, copies."""
@@ -40,10 +49,13 @@ class KernelSpec:
     """One kernel launch as the compute model sees it.
 
     ``dims`` depend on the family: matmul ``(batch, m, n, k)`` for ``[m, k] @ [k, n]``;
-    attention ``(batch, heads, kv_heads, seq_q, seq_kv, head_dim)``; empty otherwise (such ops
-    are costed by ``bytes``). ``variant``: a matmul's layout (``"nt"``: the second operand is
-    stored transposed, as ``linear``'s weight), ``"causal"`` or ``"full"`` for attention,
-    :data:`STRIDED` or ``""`` for the rest.
+    attention ``(batch, heads, kv_heads, seq_q, seq_kv, head_dim)``; convolution
+    ``(batch, in_channels, out_channels, input size, kernel, stride)``; grouped GEMM ``(groups,
+    rows, n, k)``; empty otherwise (such ops are costed by ``bytes``). ``variant``: a matmul's
+    layout (``"nt"``: the second operand is stored transposed, as ``linear``'s weight),
+    ``"causal"`` or ``"full"`` for attention, a convolution's memory layout (``nhwc``,
+    ``nchw``), a grouped GEMM's pass (``fwd``, ``dgrad``, ``wgrad``), :data:`STRIDED` or ``""``
+    for the rest.
     ``dtype``: ``bf16``, ``fp16``, ``fp32``, ``tf32`` (fp32 matmul with TF32 allowed), or
     ``""`` when unknown.
     """
@@ -65,4 +77,8 @@ class KernelSpec:
             return Family.MATMUL
         if "dot_product" in op and "attention" in op and len(self.dims) == 6:
             return Family.ATTENTION_BWD if op.endswith("_backward") else Family.ATTENTION_FWD
+        if op in CONV_OPS and len(self.dims) == 6:
+            return Family.CONV
+        if op in GROUPED_MATMUL_OPS and len(self.dims) == 4:
+            return Family.GROUPED_MATMUL
         return Family.OTHER

@@ -117,6 +117,7 @@ class MeasuredRow:
     """Matmul layout; attention ``causal`` / ``full``."""
     bytes: int
     time_ns: float
+    flops: int = 0
 
     @classmethod
     def parse(cls, row: dict[str, str]) -> "MeasuredRow":
@@ -130,11 +131,18 @@ class MeasuredRow:
             dims = (shape["batch"], shape["heads"], shape["kv_heads"], shape["seq"],
                     shape["seq"], shape["head_dim"])
             variant = "causal" if shape["causal"] else "full"
+        elif row["section"] == "conv":
+            dims = (shape["n"], shape["c"], shape["k"], shape["size"], shape["kernel"],
+                    shape["stride"])
+            variant = shape["layout"]
+        elif row["section"] == "grouped":
+            dims = (shape["experts"], shape["rows"], shape["n"], shape["k"])
+            variant = shape["direction"]
         else:
             variant = shape.get("layout", "")
         return cls(row["section"], row["op"], row["aten_ops"], row["dtype"],
                    row["cache"] == "cold", shape, dims, variant, int(row["bytes"]),
-                   float(row["time_us"]) * 1e3)
+                   float(row["time_us"]) * 1e3, int(row["flops"]))
 
     @property
     def backward(self) -> bool:
@@ -275,6 +283,11 @@ class KernelTable:
             return self._matmul(spec)
         if family in (Family.ATTENTION_FWD, Family.ATTENTION_BWD):
             return self._attention(spec, family is Family.ATTENTION_BWD)
+        if family is Family.CONV:
+            return self._by_rate(("conv", conv_pass(spec.name, spec.dims, spec.flops),
+                                  spec.dtype), spec, conv_features(spec.dims))
+        if family is Family.GROUPED_MATMUL:
+            return self._by_rate(("grouped", spec.dtype), spec, _log2(list(spec.dims)))
         if family is Family.OTHER:
             return self._by_bytes(spec)
         return None
@@ -311,6 +324,18 @@ class KernelTable:
         return Estimate(pool.estimate(_attention_features(spec.dims), spec.variant, work),
                         False)
 
+    def _by_rate(self, key: tuple[str, ...], spec: KernelSpec,
+                 features: np.ndarray) -> Estimate | None:
+        """Convolutions and grouped GEMMs: the measured time of this shape, else the rate of the
+        nearest measured shapes of the same kind and dtype times the launch's FLOPs."""
+        exact = self._exact.get((*key, spec.dims, spec.variant))
+        if exact is not None:
+            return Estimate(exact, True)
+        pool = self._pools.get(key)
+        if pool is None or spec.flops <= 0:
+            return None
+        return Estimate(pool.estimate(features, spec.variant, spec.flops), False)
+
     def _by_bytes(self, spec: KernelSpec) -> Estimate | None:
         op = base_name(spec.name)
         op = SAME_KERNEL_AS.get(op, op)
@@ -334,11 +359,48 @@ def _attention_features(dims: tuple[int, ...]) -> np.ndarray:
     return _log2([batch * heads, seq_q, seq_kv, head_dim, heads // max(1, kv_heads)])
 
 
+def conv_features(dims: tuple[int, ...]) -> np.ndarray:
+    """log2 of (output pixels over the batch, in channels, out channels, kernel area, stride)."""
+    batch, cin, cout, size, kernel, stride = dims
+    out = max(1, size // stride)
+    return _log2([batch * out * out, cin, cout, kernel * kernel, stride])
+
+
+def conv_pass(name: str, dims: tuple[int, ...], flops: int) -> str:
+    """``fwd``; ``bwd`` (input and weight gradients); ``bwd_w`` (one gradient only, e.g. the
+    first layer's weight gradient): told apart by FLOPs, 2x or 1x the forward's."""
+    if not name.rsplit("::", 1)[-1].startswith("convolution_backward"):
+        return "fwd"
+    batch, cin, cout, size, kernel, stride = dims
+    out = max(1, size // stride)
+    forward = 2 * batch * out * out * cin * cout * kernel * kernel
+    return "bwd" if flops > 1.5 * forward else "bwd_w"
+
+
+TRITON_ROWS: dict[str, str] = {"triton_pointwise": "triton_pointwise",
+                               "triton_pointwise4": "triton_pointwise",
+                               "triton_rows": "triton_persistent_reduction",
+                               "triton_sum_dim0": "triton_reduction"}
+"""Measured Inductor kernels (``section`` triton) -> the kind of generated kernel they time."""
+
+
 def _add_row(builder: _Builder, row: MeasuredRow) -> None:
     if not row.cold:
         return  # inputs reused from L2: faster than a training step's streams through HBM
     dtype, dims, variant, time_ns = row.dtype, row.dims, row.variant, row.time_ns
-    if row.section == "matmul":
+    if row.section == "conv":
+        key = ("conv", row.op.removeprefix("conv_"), dtype)
+        builder.exact.setdefault((*key, dims, variant), []).append(time_ns)
+        builder.add_rate(key, list(conv_features(dims)), variant, row.flops, time_ns)
+    elif row.section == "grouped":
+        key = ("grouped", dtype)
+        builder.exact.setdefault((*key, dims, variant), []).append(time_ns)
+        builder.add_rate(key, list(_log2(list(dims))), variant, row.flops, time_ns)
+    elif row.section == "vision":
+        builder.add_bytes(row.op, dtype, row.bytes, time_ns)
+    elif row.section == "triton":
+        builder.add_bytes(TRITON_ROWS[row.op], dtype, row.bytes, time_ns)
+    elif row.section == "matmul":
         op = base_name(row.aten_ops)
         work = matmul_work(dims)
         builder.exact.setdefault((op, dtype, dims, variant), []).append(time_ns)

@@ -54,6 +54,12 @@ def coverage_line(coverage: dict[str, Any]) -> str:
     if fallback:
         line += "; largest not from tables: " + ", ".join(
             f"{op['name']} {op['share']:.0%} ({op['source']})" for op in fallback)
+    if coverage.get("fallback_warning"):
+        ops = ", ".join(f"{name} {share:.0%}"
+                        for name, share in list(coverage["fallback_by_op"].items())[:5])
+        line += (f"\nWARNING: {coverage['fallback_share']:.0%} of GPU time was costed by "
+                 f"fallback (no measured rows for: {ops}); measure them with "
+                 "scripts/measure_kernels.py")
     return line
 
 

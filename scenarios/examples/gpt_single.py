@@ -23,7 +23,7 @@ def main() -> None:
     if args.activation_checkpointing:
         apply_activation_checkpointing(model, args.activation_checkpointing)
     if args.compile:
-        compile_blocks(model)
+        compile_blocks(model, args.compile_mode)
     train(model, make_optimizer(model, args),
           make_loader(args, model.config, launch, dp_rank=0, dp_size=1), args, launch,
           flops_per_token=model.flops_per_token(seq_len(args)),

@@ -35,6 +35,10 @@ class LlamaConfig:
     norm_eps: float = 1e-5
     tie_embeddings: bool = False
     """Share the token table with the output layer (Llama 3.2 1B does; 8B does not)."""
+    n_experts: int = 0
+    """Mixture of experts: this many SwiGLU experts of ``ffn_hidden`` each per block (0: dense)."""
+    top_k: int = 2
+    """Experts each token is routed to."""
 
 
 LLAMA_PRESETS: dict[str, LlamaConfig] = {
@@ -46,6 +50,13 @@ LLAMA_PRESETS: dict[str, LlamaConfig] = {
     "llama-1b": LlamaConfig(block_size=8192, vocab_size=128256, n_layer=16, n_head=32,
                             n_kv_head=8, n_embd=2048, ffn_hidden=8192, rope_theta=500000.0,
                             tie_embeddings=True),
+    "llama-moe-tiny": LlamaConfig(block_size=128, vocab_size=1024, n_layer=2, n_head=4,
+                                  n_kv_head=2, n_embd=128, ffn_hidden=64, n_experts=4),
+    # OLMoE-like shape at a quarter of its depth: 64 experts of 1024, 8 per token; 1.7B
+    # parameters, 0.36B active per token
+    "llama-moe-2b": LlamaConfig(block_size=4096, vocab_size=50304, n_layer=4, n_head=16,
+                                n_kv_head=16, n_embd=2048, ffn_hidden=1024, n_experts=64,
+                                top_k=8),
     # Llama 3.1 8B (torchtitan's llama3 "8B" flavour): 8.03B parameters
     "llama3-8b": LlamaConfig(block_size=8192, vocab_size=128256, n_layer=32, n_head=32,
                              n_kv_head=8, n_embd=4096, ffn_hidden=14336, rope_theta=500000.0),
@@ -116,16 +127,63 @@ class FeedForward(nn.Module):
         return self.w2(F.silu(self.w1(x)) * self.w3(x))
 
 
+class MoEFeedForward(nn.Module):
+    """Dropless top-k mixture of SwiGLU experts (torchtitan's shape): a linear router, the
+    token copies sorted by expert, each expert's rows multiplied by one grouped GEMM
+    (``torch._grouped_mm`` on a GPU, a loop over experts elsewhere), outputs weighted by the
+    router's probabilities and summed back per token. No host sync: the group offsets stay
+    on the GPU."""
+
+    def __init__(self, config: LlamaConfig) -> None:
+        super().__init__()
+        experts, dim, hidden = config.n_experts, config.n_embd, config.ffn_hidden
+        self.top_k = config.top_k
+        self.router = nn.Linear(dim, experts, bias=False)
+        # stored [experts, out, in] like a linear's weight, read transposed
+        self.w1 = nn.Parameter(torch.empty(experts, hidden, dim))
+        self.w3 = nn.Parameter(torch.empty(experts, hidden, dim))
+        self.w2 = nn.Parameter(torch.empty(experts, dim, hidden))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        x = x.reshape(-1, shape[-1])
+        probs = self.router(x).float().softmax(dim=-1)
+        weights, experts = probs.topk(self.top_k, dim=-1)
+        order = experts.flatten().argsort(stable=True)
+        token = order // self.top_k
+        counts = torch.bincount(experts.flatten(), minlength=self.w1.shape[0])
+        ends = counts.cumsum(0).to(torch.int32)
+        dtype = torch.bfloat16 if x.is_cuda else x.dtype
+        rows = x[token].to(dtype)
+        w1, w2, w3 = (w.to(dtype) for w in (self.w1, self.w2, self.w3))
+        hidden = F.silu(_grouped(rows, w1, ends)) * _grouped(rows, w3, ends)
+        out = _grouped(hidden, w2, ends) * weights.flatten()[order, None].to(dtype)
+        return torch.zeros_like(x).index_add_(0, token, out.to(x.dtype)).view(shape)
+
+
+def _grouped(rows: torch.Tensor, weight: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
+    """Rows ``ends[e-1]:ends[e]`` times ``weight[e]`` transposed: one grouped GEMM on a GPU."""
+    if rows.is_cuda:
+        return torch._grouped_mm(rows, weight.transpose(-2, -1), offs=ends)
+    starts = [0, *ends[:-1].tolist()]
+    return torch.cat([rows[start:end] @ weight[index].t()
+                      for index, (start, end) in enumerate(zip(starts, ends.tolist()))])
+
+
 class LlamaBlock(nn.Module):
     """Pre-norm attention then pre-norm feed-forward, each added to the residual stream;
-    ``feed_forward`` replaces the SwiGLU MLP (a mixture of experts: ``moe_model.py``)."""
+    ``feed_forward`` replaces the SwiGLU MLP (the expert-parallel mixture of experts of
+    ``moe_model.py``); without it, ``config.n_experts`` picks the single-GPU grouped-GEMM
+    mixture of experts."""
 
     def __init__(self, config: LlamaConfig, feed_forward: nn.Module | None = None) -> None:
         super().__init__()
         self.attention_norm = nn.RMSNorm(config.n_embd, eps=config.norm_eps)
         self.attention = Attention(config)
         self.ffn_norm = nn.RMSNorm(config.n_embd, eps=config.norm_eps)
-        self.feed_forward = feed_forward if feed_forward is not None else FeedForward(config)
+        if feed_forward is None:
+            feed_forward = MoEFeedForward(config) if config.n_experts else FeedForward(config)
+        self.feed_forward = feed_forward
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         x = x + self.attention(self.attention_norm(x), cos, sin)
@@ -170,7 +228,7 @@ class Llama(nn.Module):
         for name, param in self.named_parameters():
             if param.dim() < 2:
                 param.fill_(1.0)
-            elif name.endswith(("wo.weight", "w2.weight")):
+            elif name.endswith(("wo.weight", "w2.weight", "w2")):
                 nn.init.normal_(param, mean=0.0, std=0.02 / math.sqrt(2 * self.config.n_layer))
             else:
                 nn.init.normal_(param, mean=0.0, std=0.02)
@@ -182,10 +240,13 @@ class Llama(nn.Module):
     def flops_per_token(self, seq_len: int) -> int:
         """Training FLOPs per token: 6 per matmul weight plus attention (as torchtitan counts).
 
-        An untied token table is a lookup, not a matmul, so it is left out."""
+        An untied token table is a lookup, not a matmul, so it is left out; so are the experts
+        a token is not routed to."""
         cfg = self.config
         lookup = 0 if cfg.tie_embeddings else cfg.vocab_size * cfg.n_embd
-        return 6 * (self.num_params() - lookup) + 12 * cfg.n_layer * cfg.n_embd * seq_len
+        idle = (3 * cfg.n_layer * cfg.n_embd * cfg.ffn_hidden * (cfg.n_experts - cfg.top_k)
+                if cfg.n_experts else 0)
+        return 6 * (self.num_params() - lookup - idle) + 12 * cfg.n_layer * cfg.n_embd * seq_len
 
     def forward(self, idx: torch.Tensor,
                 targets: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:

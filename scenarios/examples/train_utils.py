@@ -65,6 +65,9 @@ def build_parser(description: str,
     train.add_argument("--dtype", choices=["bf16", "fp32"],
                        help="compute dtype (default: bf16 on CUDA, fp32 on CPU)")
     train.add_argument("--compile", action="store_true", help="torch.compile each block")
+    train.add_argument("--compile-mode", choices=["default", "reduce-overhead", "max-autotune"],
+                       default="default", help="torch.compile's mode (reduce-overhead: CUDA "
+                       "graphs)")
     train.add_argument("--activation-checkpointing", nargs="?", const="full",
                        choices=["full", "selective-op"],
                        help="recompute each block's activations in backward: all of them "
@@ -228,10 +231,10 @@ def apply_activation_checkpointing(model: Model, mode: str) -> None:
                 block, context_fn=_selective_op_context, preserve_rng_state=False)
 
 
-def compile_blocks(model: Model) -> None:
+def compile_blocks(model: Model, mode: str = "default") -> None:
     """``torch.compile`` each block in place, so DDP, FSDP and TP see the same module tree."""
     for block in model.transformer.h:
-        block.compile()
+        block.compile(mode=mode)
 
 
 def lr_at(step: int, args: argparse.Namespace) -> float:

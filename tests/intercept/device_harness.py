@@ -75,12 +75,16 @@ class StandInRuntime:
         if self._excluded_depth:
             raise AssertionError(f"runtime.{call} called inside excluded()")
 
-    def kernel(self, spec: KernelSpec, stream: int) -> None:
+    def kernel(self, spec: KernelSpec, stream: int, launch_overhead_ns: int | None = None) -> None:
         self._check("kernel")
         self.kernels.append((spec.name, spec.flops, spec.bytes, stream))
-        self.clock_ns += LAUNCH_OVERHEAD_NS
+        self.clock_ns += LAUNCH_OVERHEAD_NS if launch_overhead_ns is None else launch_overhead_ns
         start = max(self.clock_ns, self._stream_free_ns.get(stream, 0))
         self._stream_free_ns[stream] = start + KERNEL_NS
+
+    def charge_host(self, duration_ns: int) -> None:
+        self._check("charge_host")
+        self.clock_ns += duration_ns
 
     def new_event(self) -> int:
         self._check("new_event")

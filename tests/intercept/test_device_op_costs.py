@@ -133,3 +133,44 @@ def test_views_and_broadcasts_make_an_elementwise_launch_strided() -> None:
     scalar = meta(1)
     out = aten.mul.Tensor(y, scalar)
     assert op_costs.kernel_spec("aten::mul", aten.mul.Tensor, (y, scalar), {}, out).variant == ""
+
+
+def test_channels_last_operands_of_an_elementwise_op_are_dense() -> None:
+    x = meta(8, 64, 14, 14).to(memory_format=torch.channels_last)
+    out = aten.relu.default(x)
+    assert op_costs.kernel_spec("aten::relu", aten.relu.default, (x,), {}, out).variant == ""
+    mixed = aten.add.Tensor(x, meta(8, 64, 14, 14))
+    assert op_costs.kernel_spec("aten::add", aten.add.Tensor, (x, meta(8, 64, 14, 14)), {},
+                                mixed).variant == "strided"
+
+
+def test_convolution_launches_carry_shape_layout_and_direction_flops() -> None:
+    x = meta(8, 64, 56, 56, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    w = meta(128, 64, 3, 3, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    args = (x, w, None, [2, 2], [1, 1], [1, 1], False, [0, 0], 1)
+    out = aten.convolution.default(*args)
+    spec = op_costs.kernel_spec("aten::convolution", aten.convolution.default, args, {}, out)
+    assert spec.dims == (8, 64, 128, 56, 3, 2) and spec.variant == "nhwc"
+    assert spec.flops == 2 * 8 * 28 * 28 * 64 * 128 * 9
+    grad = torch.empty_like(out)
+    backward = (grad, x, w, None, [2, 2], [1, 1], [1, 1], False, [0, 0], 1, [True, True, False])
+    outs = aten.convolution_backward.default(*backward)
+    bwd = op_costs.kernel_spec("aten::convolution_backward", aten.convolution_backward.default,
+                               backward, {}, outs)
+    assert bwd.dims == spec.dims and bwd.flops == 2 * spec.flops
+
+
+def test_grouped_gemm_passes_are_told_apart() -> None:
+    rows, k, n, groups = 256, 64, 32, 4
+    offs = torch.empty(groups, dtype=torch.int32, device="meta")
+    x, weight = meta(rows, k, dtype=torch.bfloat16), meta(groups, n, k, dtype=torch.bfloat16)
+    # forward [rows, k] x [k, n]; input gradient [rows, n] x [n, k]; weight gradient
+    # [k, rows] x [rows, n] per group
+    for a, b, variant, dims in ((x, weight.transpose(-2, -1), "fwd", (groups, rows, n, k)),
+                                (meta(rows, n, dtype=torch.bfloat16), weight, "dgrad",
+                                 (groups, rows, k, n)),
+                                (x.t(), meta(rows, n, dtype=torch.bfloat16), "wgrad",
+                                 (groups, rows, n, k))):
+        spec = op_costs.kernel_spec("aten::_grouped_mm", aten._grouped_mm.default, (a, b, offs),
+                                    {}, None)
+        assert (spec.dims, spec.variant, spec.flops) == (dims, variant, 2 * rows * n * k)

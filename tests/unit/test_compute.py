@@ -181,3 +181,56 @@ def test_the_console_line_names_the_table_share_and_the_largest_fallback() -> No
     line = coverage_line(coverage.to_dict())
     assert "90% of GPU time from measured tables" in line
     assert "aten::mystery_op 10% (unknown-op)" in line
+
+
+def test_fallback_share_is_reported_and_warned_about_above_five_percent() -> None:
+    coverage = Coverage(H100)
+    coverage.record("aten::mm", "measured", 940_000)
+    coverage.record("aten::relu_", "fitted-roofline", 40_000)
+    coverage.record("aten::mystery_op", "unknown-op", 20_000)
+    coverage.record("Memcpy HtoD", "host-transfer", 1_000_000)  # not a fallback: PCIe model
+    summary = coverage.to_dict()
+    assert summary["fallback_share"] == 0.03
+    assert summary["fallback_by_op"] == {"aten::relu_": 0.02, "aten::mystery_op": 0.01}
+    assert not summary["fallback_warning"]
+    coverage.record("aten::relu_", "fitted-roofline", 100_000)
+    assert coverage.to_dict()["fallback_warning"]
+
+
+def conv(batch: int, cin: int, cout: int, size: int, kernel: int, stride: int,
+         backward: bool = False, layout: str = "nhwc") -> KernelSpec:
+    out = size // stride
+    flops = 2 * batch * out * out * cin * cout * kernel * kernel * (2 if backward else 1)
+    name = "aten::convolution_backward" if backward else "aten::convolution"
+    return KernelSpec(name, flops, 2 * batch * cin * size * size, "bf16",
+                      (batch, cin, cout, size, kernel, stride), layout)
+
+
+def test_convolutions_are_costed_from_their_rows_and_interpolated_between_batches(
+        h100: ComputeModel) -> None:
+    """ResNet-50's 3x3 conv of layer 1 was measured at batch 32 and 96 (channels_last bf16)
+    and left out at 64: that one is interpolated, between the two measured times."""
+    measured = [h100.cost(conv(b, 64, 64, 56, 3, 1)) for b in (32, 96)]
+    assert all(c.source is CostSource.MEASURED for c in measured)
+    middle = h100.cost(conv(64, 64, 64, 56, 3, 1))
+    assert middle.source is CostSource.INTERPOLATED
+    assert measured[0].duration_ns < middle.duration_ns < measured[1].duration_ns
+    backward = h100.cost(conv(64, 64, 64, 56, 3, 1, backward=True))
+    assert backward.source is CostSource.INTERPOLATED
+    assert 1.3 < backward.duration_ns / middle.duration_ns < 4
+
+
+def test_grouped_gemms_and_triton_kernels_come_from_their_rows(h100: ComputeModel) -> None:
+    rows, k, n, groups = 65536, 2048, 1024, 64  # between the measured 32768 and 131072 rows
+    spec = KernelSpec("aten::_grouped_mm", 2 * rows * n * k, 2 * (rows * k + groups * n * k
+                                                                 + rows * n), "bf16",
+                      (groups, rows, n, k), "fwd")
+    assert spec.family is Family.GROUPED_MATMUL
+    cost = h100.cost(spec)
+    assert cost.source is CostSource.INTERPOLATED
+    assert 300e3 < spec.flops / cost.duration_ns < 800e3  # FLOP/ns: 300-800 TFLOP/s
+    small, large = (h100.cost(KernelSpec("inductor::triton_pointwise", 0, nbytes, "bf16"))
+                    for nbytes in (5 * 2**21, 5 * 2**29))  # between the 2- and 4-input rows
+    assert small.source is large.source is CostSource.INTERPOLATED
+    assert small.duration_ns < large.duration_ns / 100
+    assert 2.5e3 < 5 * 2**29 / large.duration_ns < 3.4e3  # GB/s of a large fused kernel
