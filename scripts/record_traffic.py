@@ -19,9 +19,9 @@ calls in call order (with several ranks, ``<stem>.rank<r>.json`` beside it for e
 
 Usages (from the repository root):
 
-  # a bundled scenario's script, args and rank count, on this CPU
+  # a bundled scenario's script, args and rank count, on this CPU, in bf16 as on GPUs
   python3 scripts/record_traffic.py --scenario scenarios/h200x2-llama-pp-1f1b.yaml \\
-      --out scripts/results/traffic_h200x2-llama-pp-1f1b.json
+      --append-args="--dtype bf16" --out scripts/results/traffic_h200x2-llama-pp-1f1b.json
   # any script: ranks, then the script and its arguments after --
   python3 scripts/record_traffic.py --nproc 2 --out /tmp/t.json \\
       --routing-trace /tmp/trace.json -- scenarios/examples/moe_ep.py --steps 2
@@ -33,6 +33,7 @@ import argparse
 import json
 import os
 import runpy
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -109,10 +110,12 @@ class Recorder:
             event.update(peer=_global_rank(args[1], int(args[2])), bytes=_nbytes(args[0]))
         elif name == "alltoall_base_":  # (output, input, group, output_splits, input_splits)
             event.update(_a2a_fields(args[1], args[3], args[4], args[0].size(0)))
+            event["splits_given"] = bool(args[3] or args[4])
             event.update(dtype=str(args[1].dtype).removeprefix("torch."),
                          shape=list(args[1].shape))
         elif name == "all_to_all_single":  # (input, output_splits, input_splits, group)
             event.update(_a2a_fields(args[0], args[1], args[2], out.size(0)))
+            event["splits_given"] = args[1] is not None or args[2] is not None
         else:
             event["bytes"] = _nbytes(args[0])
         return event
@@ -321,12 +324,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, required=True, help="the traffic JSON")
     parser.add_argument("--routing-trace", type=Path,
                         help="also write the router calls' counts in the routing-trace format")
+    parser.add_argument("--append-args", default="",
+                        help="arguments added after the scenario's, e.g. '--dtype bf16' (the "
+                             "examples compute in bf16 on GPUs, in fp32 on a CPU)")
     parser.add_argument("--top-k", type=int,
                         help="experts per token, where the router calls no torch.topk")
     parser.add_argument("command", nargs="*", help="script and its arguments (after --)")
     args = parser.parse_args(argv)
     if args.scenario is not None:
         script, script_args, nproc = scenario_command(args.scenario)
+        script_args += shlex.split(args.append_args)
         env = {k: str(v) for k, v in
                yaml.safe_load(args.scenario.read_text())["workload"].get("env", {}).items()}
     elif args.command and args.nproc:

@@ -26,25 +26,13 @@ class ExampleScenario:
         return self.path.stem
 
 
-AWAITING_VALUE_MODEL = frozenset({
-    "h200x2-llama-pp-1f1b", "h100x4-llama-pp-1f1b", "2x2-h100-rail-llama-pp",
-    "h200x2-moe-ep", "h100x8-moe-ep", "h100x1-moe-single",
-})
-"""Scenarios whose scripts steer by values the simulator does not compute yet (issue 13:
-the pipeline stages' shape vote, MoE routing counts as all_to_all split sizes): they run for
-real under torchrun (``test_live_examples_cpu.py``) but not yet on the simulator, where they
-stop with the errors issue 13 describes. Take a name out once the simulator runs it."""
-
-
-def example_scenarios(include_awaiting: bool = False) -> list[ExampleScenario]:
-    """Every bundled scenario that runs a training script (those in
-    :data:`AWAITING_VALUE_MODEL` only with ``include_awaiting``)."""
+def example_scenarios() -> list[ExampleScenario]:
+    """Every bundled scenario that runs a training script."""
     found = []
     for path in sorted(SCENARIO_DIR.glob("*.yaml")):
         spec = yaml.safe_load(path.read_text())
         workload = spec["workload"]
-        if "script" not in workload or (path.stem in AWAITING_VALUE_MODEL
-                                        and not include_awaiting):
+        if "script" not in workload:
             continue
         nproc = workload.get("nproc_per_node", spec["cluster"].get("gpus_per_host", 8))
         found.append(ExampleScenario(

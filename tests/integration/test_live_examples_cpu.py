@@ -38,8 +38,7 @@ def torchrun(script: str, args: list[str], nproc: int, log_dir: Path,
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("example", example_scenarios(include_awaiting=True),
-                         ids=lambda e: e.name)
+@pytest.mark.parametrize("example", example_scenarios(), ids=lambda e: e.name)
 def test_scenario_script_runs_under_torchrun(example: ExampleScenario, tmp_path: Path) -> None:
     logs = torchrun(example.script.name, example.args, example.world_size, tmp_path, example.env)
     steps = parse_steps(logs[0])

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.live_examples import (AWAITING_VALUE_MODEL, SCENARIO_DIR, Step,
-                                             parse_steps)
+from tests.integration.live_examples import Step, parse_steps
 from tests.integration.test_live_examples_cpu import torchrun
 
 TINY = ["--steps", "2", "--num-workers", "0"]
@@ -63,9 +62,3 @@ def test_expert_parallel_trains_exactly_like_one_process(ranks: int, all_to_all:
     logs = torchrun("moe_ep.py", [*TINY, "--batch-size", str(batch // ranks),
                                   "--all-to-all", all_to_all], ranks, tmp_path / "ep")
     _assert_same_training(one, parse_steps(logs[0]))
-
-
-def test_awaiting_scenarios_exist() -> None:
-    """Every name in AWAITING_VALUE_MODEL is a bundled scenario (a stale name would hide
-    nothing and mislead)."""
-    assert AWAITING_VALUE_MODEL <= {path.stem for path in SCENARIO_DIR.glob("*.yaml")}

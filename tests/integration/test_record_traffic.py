@@ -1,5 +1,6 @@
 """scripts/record_traffic.py records what the examples really send, run for real under
-torchrun on this CPU (gloo): the bytes follow the model's shapes and the router's counts."""
+torchrun on this CPU (gloo): the bytes follow the model's shapes and the router's counts; and
+scripts/validate_traffic.py finds the simulator's traffic equal to those recordings."""
 
 import json
 import sys
@@ -12,6 +13,7 @@ from tests.integration.live_examples import ROOT
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import record_traffic  # scripts/ is not a package: imported from its folder
+import validate_traffic
 
 EXAMPLES = ROOT / "scenarios" / "examples"
 TINY = ["--steps", "1", "--num-workers", "0", "--batch-size", "2"]
@@ -66,3 +68,24 @@ def test_pipeline_traffic_is_one_activation_per_micro_batch(tmp_path: Path) -> N
         assert [(e["peer"], e["bytes"]) for e in sends] == [(peer, activation)] * microbatches
     shapes = [e for e in result["ranks"][1]["events"] if e.get("context")]
     assert shapes, "the stages exchanged their shapes (no input_args)"
+
+
+def test_traffic_comparison_judges_fixed_sizes_and_counts() -> None:
+    """Fixed-size traffic must match op by op and size by size; all_to_allv only in count
+    (its size follows the routing)."""
+    recorded = [[("send", 8), ("all_to_allv", 100)], [("recv", 8), ("all_to_allv", 60)]]
+    same = [[("send", 8), ("all_to_allv", 90)], [("recv", 8), ("all_to_allv", 90)]]
+    assert validate_traffic.compare(recorded, same)[1] == 0
+    assert validate_traffic.compare(recorded, [[("send", 4), ("all_to_allv", 90)],
+                                               [("recv", 8), ("all_to_allv", 90)]])[1] == 2
+    assert validate_traffic.compare(recorded, [[("send", 8)], [("recv", 8)]])[1] == 2
+    barrier = {"rank": 0, "events": [{"op": "c10d.barrier", "bytes": 1}]}
+    assert validate_traffic.recorded_events(barrier) == [("all_reduce", 4)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", validate_traffic.CASES)
+def test_simulated_traffic_matches_the_recorded_run(scenario: str, tmp_path: Path) -> None:
+    """The committed recording of a real run against the simulator's trace."""
+    table, mismatches = validate_traffic.validate(scenario, tmp_path)
+    assert mismatches == 0, table
