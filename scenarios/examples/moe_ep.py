@@ -85,7 +85,7 @@ def main() -> None:
           flops_per_token=model.flops_per_token(seq_len(args)), dp_size=launch.world_size,
           autocast_dtype=compute_dtype(args, launch.device), grad_sync=grad_sync,
           clip_grads=clip_grads)
-    if launch.world_size > 1:
+    if dist.is_initialized():  # torchrun, also with one process
         close_distributed()
 
 

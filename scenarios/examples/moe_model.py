@@ -39,8 +39,8 @@ MOE_PRESETS: dict[str, MoEConfig] = {
     # 8 experts of 256 hidden units: seconds on a CPU, the CI scenarios' model
     "moe-tiny": MoEConfig(block_size=128, vocab_size=1024, n_layer=2, n_head=4, n_kv_head=2,
                           n_embd=128, ffn_hidden=256),
-    # d_model 1024, 8 layers of 8 experts (2816 hidden units, top-2): 0.62B parameters, of
-    # which 0.19B are active per token; the single-GPU accuracy run
+    # d_model 1024, 8 layers of 8 experts (2816 hidden units, top-2): 0.64B parameters, of
+    # which 0.23B are active per token; the single-GPU accuracy run
     "moe-600m": MoEConfig(block_size=2048, vocab_size=32000, n_layer=8, n_head=16, n_kv_head=4,
                           n_embd=1024, ffn_hidden=2816),
 }

@@ -137,9 +137,10 @@ def init_distributed() -> Launch:
 
 
 def init_launch() -> Launch:
-    """:func:`init_distributed` when torchrun started this process, else :func:`init_single`:
-    for scripts that also run as one plain process."""
-    return init_distributed() if "RANK" in os.environ else init_single()
+    """:func:`init_distributed` when torchrun started several processes, else
+    :func:`init_single` (no process group for a job of one): for scripts that also run as
+    one plain process."""
+    return init_distributed() if int(os.environ.get("WORLD_SIZE", "1")) > 1 else init_single()
 
 
 def close_distributed() -> None:
