@@ -217,7 +217,7 @@ def test_bad_topology_is_a_clear_error() -> None:
     ("tcp_min_rto_ns", 0, "tcp_min_rto_ns"),
     ("tcp_delayed_ack_segments", 0, "tcp_delayed_ack_segments"),
     ("seed", 0, "seed"),
-    ("transport", "roce", "'dctcp'"),
+    ("transport", "tcp", "'dctcp', 'roce'"),
     ("mtu_bytes", 9000.5, "expected an integer"),
 ])
 def test_invalid_config_names_field_value_and_range(field: str, value: object,

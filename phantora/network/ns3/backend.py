@@ -130,6 +130,12 @@ class Ns3Backend:
             raise self._stuck()
         return done
 
+    def rates_gbps(self) -> dict[tuple[GpuId, GpuId, int], float]:
+        """RoCE: each queue pair's current DCQCN sending rate by ``(src, dst, tag)``; empty for
+        dctcp (TCP's rate is its window over the RTT, not a state)."""
+        transport = self._transport_of()
+        return transport.rates_gbps() if isinstance(transport, RoceTransport) else {}
+
     def stats(self) -> NetworkStats:
         if self._final_stats is not None:
             return self._final_stats

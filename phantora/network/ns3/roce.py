@@ -115,6 +115,11 @@ class RoceTransport:
                  "ecn_marks": int(port.ecnMarks)}
                 for port in ports[:HOT_PORTS] if port.maxQueueBytes or port.pausedUs]
 
+    def rates_gbps(self) -> dict[tuple[int, int, int], float]:
+        """Current DCQCN sending rate of each queue pair, by ``(src, dst, tag)``."""
+        helper = self.fabric.helper
+        return {key: float(helper.GetRateBps(qp)) / 1e9 for key, qp in self._queue_pairs.items()}
+
     def close(self) -> None:
         self.log = None
 
