@@ -280,9 +280,10 @@ class NetworkSpec(_Section):
     Default K = 0.17 x NIC rate x base RTT (Alizadeh et al., "Analysis of DCTCP",
     SIGMETRICS 2011), the RTT over the topology's longest path, kept within [mtu,
     switch_buffer / 2] so marking always starts before drops."""
-    transport: Annotated[Transport, Choice] = "dctcp"
-    """dctcp (TCP with DCTCP over ECN-marking switches) or roce (RDMA over a lossless
-    fabric: PFC, ECN, DCQCN; tuned under cluster.network.roce)."""
+    transport: Annotated[Transport, Choice] = "roce"
+    """roce (default: RDMA over a lossless fabric with PFC, ECN and DCQCN, tuned under
+    cluster.network.roce; what GPU clusters run) or dctcp (TCP with DCTCP over ECN-marking
+    switches, on ns-3's TCP/IP stack; about 2.5x slower to simulate)."""
     roce: RoceSpec | None = None
     """RoCE settings (transport: roce only): a preset and per-key overrides."""
     backend: Annotated[BackendName, Choice] = "ns3"

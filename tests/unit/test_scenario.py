@@ -70,7 +70,8 @@ def test_multi_host_network_defaults_come_from_the_catalogue() -> None:
     assert network.nic_gbps == 200.0 and network.link_gbps == 200.0  # DGX A100: 200G NICs
     assert network.link_latency_ns == 500 and network.mtu_bytes == 9000
     assert network.switch_buffer_bytes == 4 * 2**20
-    assert (network.transport, network.backend) == ("dctcp", "ns3")
+    assert (network.transport, network.backend) == ("roce", "ns3")
+    assert network.roce is not None and network.roce.preset == "simai"
 
 
 def test_roce_preset_scaled_to_the_nic_with_single_overrides() -> None:
@@ -96,7 +97,8 @@ def test_default_ecn_threshold_follows_the_dctcp_guideline() -> None:
 
 def test_default_ecn_threshold_stays_below_half_the_buffer() -> None:
     cluster = {"gpu": "h100", "hosts": 2,
-               "network": {"switch_buffer": 20000, "link_latency": "10us"}}
+               "network": {"switch_buffer": 20000, "link_latency": "10us",
+                           "transport": "dctcp"}}
     network = parse_scenario(scenario(cluster), SOURCE).cluster.network
     assert network is not None and network.ecn_threshold_bytes == 10000
 
@@ -105,7 +107,7 @@ def test_units_are_parsed_into_base_units() -> None:
     cluster = {"gpu": "h200", "hosts": 2, "nvlink_bandwidth": "450GBps",
                "network": {"nic_bandwidth": "50GBps", "link_bandwidth": "800Gbps",
                            "link_latency": "1.5us", "switch_buffer": "8MiB",
-                           "ecn_threshold": "100KB"}}
+                           "ecn_threshold": "100KB", "transport": "dctcp"}}
     workload = {"collectives": {"ops": ["all_reduce"], "sizes": [65536, "1MiB", "1GiB"]}}
     resolved = parse_scenario(scenario(cluster, workload), SOURCE)
     network = resolved.cluster.network
@@ -275,7 +277,8 @@ def test_k_too_small_shows_every_factor() -> None:
                                                       "ecn_threshold": "100KB"}}),
      "cluster.network.ecn_threshold: is a dctcp setting, but cluster.network.transport is "
      "roce; use cluster.network.roce.ecn_kmin/ecn_kmax instead"),
-    (scenario({"gpu": "h100", "hosts": 2, "network": {"roce": {"pfc": False}}}),
+    (scenario({"gpu": "h100", "hosts": 2, "network": {"transport": "dctcp",
+                                                      "roce": {"pfc": False}}}),
      "cluster.network.roce: given, but cluster.network.transport is dctcp; set transport: "
      "roce or remove the roce section"),
     (scenario({"gpu": "h100", "hosts": 2, "network": {"topology": "torus"}}),
@@ -393,10 +396,11 @@ def test_rail_spines_are_sized_by_hosts_per_rail() -> None:
      "cluster.network.oversubscription: given, but cluster.gpus_per_host is 1, so there is one "
      "rail: no traffic crosses a spine; remove oversubscription or raise gpus_per_host or use "
      "leaf-spine"),
-    ({"gpu": "h100", "hosts": 2, "network": {"switch_buffer": "16KiB"}},
+    ({"gpu": "h100", "hosts": 2, "network": {"switch_buffer": "16KiB",
+                                                "transport": "dctcp"}},
      "cluster.network.switch_buffer: 16KiB (16384 bytes) is less than 2 x cluster.network.mtu "
      "(9000) = 18000 bytes, so a port cannot hold two full packets; use at least 18000"),
-    ({"gpu": "h100", "hosts": 2, "network": {"ecn_threshold": "4MiB"}},
+    ({"gpu": "h100", "hosts": 2, "network": {"ecn_threshold": "4MiB", "transport": "dctcp"}},
      "cluster.network.ecn_threshold: 4MiB (4194304 bytes) must be at least cluster.network.mtu "
      "(9000 bytes) and below cluster.network.switch_buffer (4MiB (4194304 bytes)), so that ECN "
      "marks full packets before the queue drops any; use a value in [9000, 4194304)"),

@@ -39,8 +39,10 @@ class Ns3Config:
     150 KB is the usual minimum ECN threshold of RoCE/DCTCP deployments at 100-400 Gbps and
     above the ~BDP/7 that DCTCP needs for full throughput at a few microseconds of RTT."""
 
-    transport: Transport = "dctcp"
-    """``"dctcp"`` (TCP with DCTCP over ECN-marking switches) or ``"roce"``."""
+    transport: Transport = "roce"
+    """``"roce"`` (RDMA over PFC + DCQCN) or ``"dctcp"`` (TCP with DCTCP over ECN-marking
+    switches); the ``tcp_*``, ``switch_buffer_bytes`` and ``ecn_threshold_bytes`` fields are
+    DCTCP's, ``roce`` holds RoCE's."""
 
     roce: RoceSettings | None = None
     """RoCE settings (``transport="roce"``); ``None``: the simai preset at the NIC rate."""
