@@ -149,21 +149,19 @@ class Nic : public PortOwner
 
     Packet* NextData(Port& port, double nowPs, double& wakePs)
     {
+        // Queue pairs with nothing left leave the rotation (order kept: round robin stays fair).
+        auto finished = [this](uint32_t qpId) {
+            QueuePair& qp = m_ctx.qps[qpId];
+            qp.active = qp.sent < qp.released;
+            return !qp.active;
+        };
+        m_active.erase(std::remove_if(m_active.begin(), m_active.end(), finished), m_active.end());
         std::size_t n = m_active.size();
-        for (std::size_t k = 0; k < n && !m_active.empty(); ++k)
+        for (std::size_t k = 0; k < n; ++k)
         {
-            std::size_t index = (m_rr + k) % m_active.size();
+            std::size_t index = (m_rr + k) % n;
             uint32_t qpId = m_active[index];
             QueuePair& qp = m_ctx.qps[qpId];
-            if (qp.sent == qp.released)
-            {
-                qp.active = false; // nothing left to send until the next release
-                m_active[index] = m_active.back();
-                m_active.pop_back();
-                --k;
-                --n;
-                continue;
-            }
             if (qp.windowBytes > 0 && static_cast<double>(qp.sent - qp.acked) >= WindowBytes(qp))
             {
                 continue; // an ack reopens it

@@ -115,6 +115,13 @@ class Switch : public PortOwner
             return;
         }
         const std::vector<uint16_t>& routes = m_routes[p->dst];
+        if (routes.empty())
+        {
+            m_ctx.Fail("switch " + m_ctx.nodeNames[m_node] + " has no route to " +
+                       m_ctx.nodeNames[p->dst]);
+            m_ctx.pool.Put(p);
+            return;
+        }
         uint16_t out = routes.size() == 1 ? routes[0] : routes[Mix64(p->flowHash ^ m_salt) % routes.size()];
         uint16_t in = port.local;
         uint8_t q = p->prio;
