@@ -33,6 +33,7 @@ from intercept.client import CoordinatorClient
 from intercept.clock import VirtualClock, patched_time
 from intercept.host_speed import host_speed_for
 from intercept.runtime import KernelCostModel, RankRuntime
+from intercept.value_policy import ValuePolicy
 from phantora.cluster.catalogue import GpuSpec
 from phantora.compute.model import KernelCost
 from phantora.compute.spec import KernelSpec
@@ -66,6 +67,8 @@ class LaunchSpec:
     host_cpu: str | None = None
     """Reference host whose CPU speed the script's CPU time is scaled to
     (``intercept.host_speed``); ``None`` or ``"native"`` counts it as measured here."""
+    values: ValuePolicy = ValuePolicy()
+    """The value model: routing, seed, what unknown data-dependent shapes do."""
 
     def log_path(self, rank: int) -> Path:
         return self.out_dir / "ranks" / f"rank{rank}.log"
@@ -179,7 +182,8 @@ def _enter_and_run(spec: LaunchSpec, script: str) -> None:
     if spec.fake_device:
         from intercept import device, process_group
         device.enter_fake_mode(
-            on_functional_collective=process_group.handle_functional_collective)
+            on_functional_collective=process_group.handle_functional_collective,
+            policy=spec.values, rank=int(os.environ["RANK"]))
     runpy.run_path(script, run_name="__main__")
 
 
