@@ -285,8 +285,9 @@ class RoceFabricHelper : public roce::PauseListener
 
     roce::Port* NewPort(uint32_t node, uint64_t bitsPerSecond, uint64_t delayNs)
     {
-        roce::PortOwner* owner = m_isEndpoint[node] ? static_cast<roce::PortOwner*>(m_nics[node].get())
-                                                    : m_switches[node].get();
+        roce::PortOwner* owner = m_isEndpoint[node]
+                                     ? static_cast<roce::PortOwner*>(m_nics[node].get())
+                                     : m_switches[node].get();
         uint16_t local = 0;
         if (m_isEndpoint[node])
         {

@@ -32,7 +32,7 @@ struct RoceParams
     // switch MMU and PFC
     bool pfc{true};
     uint64_t bufferBytes{32u << 20};  // shared buffer per switch
-    double pfcAlpha{0.125};           // dynamic threshold at NIC rate (x2 per doubling of port rate)
+    double pfcAlpha{0.125};           // dynamic threshold at NIC rate, x2 per port-rate doubling
     uint64_t headroomBytes{0};        // per port; 0: from the link (see Switch::AutoHeadroom)
     uint32_t reserveBytes{4096};      // guaranteed per (ingress port, priority)
     uint32_t resumeOffsetBytes{3072}; // XON hysteresis

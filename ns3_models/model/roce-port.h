@@ -177,7 +177,8 @@ class Port
         double since = -1;
         for (int prio = 0; prio < kPriorities; ++prio)
         {
-            if (IsPaused(static_cast<uint8_t>(prio)) && (since < 0 || m_pausedSincePs[prio] < since))
+            bool earlier = since < 0 || m_pausedSincePs[prio] < since;
+            if (IsPaused(static_cast<uint8_t>(prio)) && earlier)
             {
                 since = m_pausedSincePs[prio];
             }

@@ -122,7 +122,8 @@ class Switch : public PortOwner
             m_ctx.pool.Put(p);
             return;
         }
-        uint16_t out = routes.size() == 1 ? routes[0] : routes[Mix64(p->flowHash ^ m_salt) % routes.size()];
+        uint16_t out = routes.size() == 1 ? routes[0]
+                                          : routes[Mix64(p->flowHash ^ m_salt) % routes.size()];
         uint16_t in = port.local;
         uint8_t q = p->prio;
         if (q != 0)

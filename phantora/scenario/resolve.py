@@ -166,6 +166,8 @@ def _network(cluster: ClusterSpec, net: NetworkSpec, gpu: GpuSpec,
                          transport=net.transport, roce=roce, backend=net.backend)
 
 
+_ROCE_EQUIVALENT = {"switch_buffer": "buffer", "ecn_threshold": "ecn_kmin/ecn_kmax"}
+"""The ``cluster.network.roce`` keys that do what a DCTCP-only key does."""
 _ROCE_UNIT_SUFFIXES = ("", "_bytes", "_ns", "_gbps")
 """``cluster.network.roce.KEY`` sets ``RoceSettings.KEY`` plus the suffix of its unit."""
 
@@ -179,12 +181,11 @@ def _roce_settings(net: NetworkSpec, nic_gbps: float,
             problems.append((f"{NET}.roce", f"given, but {NET}.transport is {net.transport}; "
                                             "set transport: roce or remove the roce section"))
         return None
-    for key in ("switch_buffer", "ecn_threshold"):
+    for key in _ROCE_EQUIVALENT:
         if getattr(net, key) is not None:
             problems.append((f"{NET}.{key}",
                              f"is a dctcp setting, but {NET}.transport is roce; use "
-                             f"{NET}.roce.{'buffer' if key == 'switch_buffer' else 'ecn_kmin/ecn_kmax'}"
-                             " instead"))
+                             f"{NET}.roce.{_ROCE_EQUIVALENT[key]} instead"))
     spec = _given(net.roce, RoceSpec())
     settings = preset(spec.preset, nic_gbps)
     fields = set(RoceSettings.__dataclass_fields__)

@@ -1,5 +1,6 @@
-"""The packet-level ns-3 backend with the DCTCP transport: timing against closed forms, sharing, the backend contract,
-determinism, ECN under incast, lifecycle and configuration errors.
+"""The packet-level ns-3 backend with the DCTCP transport: timing against closed forms,
+sharing, the backend contract, determinism, ECN under incast, lifecycle and configuration
+errors.
 
 Fabric: rail-optimized, 2 GPUs per host, 2 spines, 400 Gbps NICs and links, 1000 ns per link.
 Two GPUs of the same rail talk over NIC -> rail switch -> NIC, so a message of ``n`` bytes takes

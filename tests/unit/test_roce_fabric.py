@@ -11,7 +11,14 @@ import math
 
 import pytest
 
-from phantora.cluster.topology import HostSpec, LinkKind, NodeKind, Topology, leaf_spine, rail_optimized
+from phantora.cluster.topology import (
+    HostSpec,
+    LinkKind,
+    NodeKind,
+    Topology,
+    leaf_spine,
+    rail_optimized,
+)
 from phantora.errors import BackendError
 from phantora.network.ns3.roce import ETHERNET_FRAMING_BYTES, ROCE_HEADER_BYTES
 from phantora.network.roce_presets import PRESETS, RoceSettings, preset
