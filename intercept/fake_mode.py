@@ -451,7 +451,7 @@ class SimFakeMode(FakeTensorMode):
             return self.dispatch(func, types, args, kwargs)
         if func is aten._local_scalar_dense.default:
             return self._read_scalar(func, types, args, kwargs)
-        if func in DATA_DEPENDENT or _syncs_host(func, args):
+        if func in _SHAPE_FROM_VALUES:
             self._sync_pending_inputs(args, kwargs)
         state.depth = 1
         try:
@@ -553,9 +553,10 @@ class SimFakeMode(FakeTensorMode):
         return self.host_values(t).item()
 
     def _sync_pending_inputs(self, args: Any, kwargs: Any) -> None:
-        """An op whose output shape depends on values a collective has yet to deliver: on a
+        """An op whose output shape may depend on values a collective has yet to deliver: on a
         GPU it synchronises its stream to learn the shape, so the values are there."""
-        inputs = [t for t in op_costs.flat_tensors((args, kwargs)) if self.values.pending(t)]
+        with self.runtime.excluded():
+            inputs = [t for t in op_costs.flat_tensors((args, kwargs)) if self.values.pending(t)]
         if inputs:
             self.host_sync(inputs[0])
             self._await_values(inputs)
@@ -773,6 +774,11 @@ DATA_DEPENDENT: dict[Any, Callable[..., Any]] = {
     aten.repeat_interleave.Tensor: _repeat_interleave,
     aten._unique2.default: _unique,
 }
+
+
+_SHAPE_FROM_VALUES = frozenset({*DATA_DEPENDENT, aten.index.Tensor, aten.index_put_.default,
+                                aten.index_put.default})
+"""Ops whose output shape can depend on input values (boolean indexing among them)."""
 
 
 # --- host-side views of fake values (installed on FakeTensor by intercept.patches) ------------
