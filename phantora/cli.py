@@ -24,8 +24,8 @@ from phantora.engine.benchmark import run_collective
 from phantora.errors import PhantoraError, ScenarioError
 from phantora.network.base import NetworkBackend
 from phantora.network.factory import make_backend
-from phantora.report.console import (collectives_table, coverage_line, ranks_table,
-                                     with_progress)
+from phantora.report.console import (collectives_table, coverage_line, fabric_line,
+                                     hot_ports_table, ranks_table, with_progress)
 from phantora.report.summary import Summary
 from phantora.scenario import (
     CollectivesWorkload,
@@ -131,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
         console.print(coverage_line(summary.compute_coverage), highlight=False)
     if summary.collectives:
         console.print(collectives_table(summary.collectives, title=scenario.name))
+    for fabric in (fabric_line(summary.network), hot_ports_table(summary.network)):
+        if fabric is not None:
+            console.print(fabric, highlight=False)
     console.print(f"simulated in {summary.wall_seconds['total']:.2f} s wall; "
                   f"wrote {out_dir / 'summary.json'}")
     return 0

@@ -9,9 +9,10 @@ sending GPU has arrived. Defaults: 126 steps x 64 connections x 2 MiB = 15.75 Gi
 Usage:
   1. python scripts/bench_ns3_ring.py                      # the benchmark, default config
   2. python scripts/bench_ns3_ring.py --steps 20           # a shorter run
-  3. python scripts/bench_ns3_ring.py --mtu 1500           # any Ns3Config field: --<field> N
-  4. python scripts/bench_ns3_ring.py --single-flow        # one 400 Gbps flow: goodput
-  5. python scripts/bench_ns3_ring.py --export-result r.json
+  3. python scripts/bench_ns3_ring.py --mtu 1500           # any integer Ns3Config field
+  4. python scripts/bench_ns3_ring.py --transport dctcp    # default roce
+  5. python scripts/bench_ns3_ring.py --single-flow        # one 400 Gbps flow: goodput
+  6. python scripts/bench_ns3_ring.py --export-result r.json
 """
 
 import argparse
@@ -25,6 +26,7 @@ from pathlib import Path
 
 from phantora.cluster.topology import HostSpec, rail_optimized
 from phantora.network.ns3 import Ns3Backend, Ns3Config
+from phantora.network.ns3.config import TRANSPORTS
 
 
 def ring_all_reduce(backend: Ns3Backend, hosts: int, rings: int, steps: int,
@@ -69,8 +71,9 @@ def main() -> None:
     parser.add_argument("--latency-ns", type=int, default=1000)
     parser.add_argument("--single-flow", action="store_true")
     parser.add_argument("--export-result", type=Path)
+    parser.add_argument("--transport", choices=TRANSPORTS, default="roce")
     for f in dataclasses.fields(Ns3Config):
-        if f.name != "transport":  # every other field is an integer
+        if f.name not in ("transport", "roce"):  # every other field is an integer
             parser.add_argument(f"--{f.name.replace('_', '-')}", type=int, dest=f.name)
     args = parser.parse_args()
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(Ns3Config)

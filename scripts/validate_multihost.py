@@ -11,9 +11,11 @@ with perfect spreading busbw would fall to 1/x of the non-blocking case, but per
 hashes each host's 8 ring connections onto the uplinks, so collisions already slow the 1:1
 case (8 flows on 8 uplinks: the busiest uplink carries 2-3) and the slowdown with x is
 milder than 1/x (8 flows on 8/x uplinks). The ``ideal`` column is the perfect-spreading 1/x.
+Each check runs on ns-3 with each transport (roce: PFC + DCQCN, simai preset; dctcp) and on
+the fluid flow backend.
 
 Usage:
-  1. python scripts/validate_multihost.py                  # both checks, ns3 and flow backends
+  1. python scripts/validate_multihost.py                  # both checks, roce, dctcp and flow
   2. python scripts/validate_multihost.py --backend flow   # fast fluid-only cross-check
   3. python scripts/validate_multihost.py --size 64MiB
 """
@@ -33,6 +35,13 @@ from phantora.scenario import parse_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE_PER_NIC_GBS = (46.0, 48.0)
+BACKENDS = ("roce", "dctcp", "flow")
+"""ns-3 with each transport, and the fluid model."""
+
+
+def network_keys(backend: str) -> dict[str, str]:
+    """``cluster.network`` keys selecting ``backend`` (one of :data:`BACKENDS`)."""
+    return {"backend": "flow"} if backend == "flow" else {"backend": "ns3", "transport": backend}
 
 
 def scenario(hosts: int, gpus_per_host: int, network: dict[str, Any], size: str) -> dict[str, Any]:
@@ -49,7 +58,7 @@ def busbw(data: dict[str, Any], work: Path) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", nargs="*", default=["ns3", "flow"], choices=["ns3", "flow"])
+    parser.add_argument("--backend", nargs="*", default=list(BACKENDS), choices=BACKENDS)
     parser.add_argument("--size", default="256MiB")
     args = parser.parse_args()
     console = Console(width=200)  # full rows even when piped to a file
@@ -68,7 +77,7 @@ def main() -> None:
         for hosts, gpus in ((2, 1), (4, 1), (2, 8), (4, 8)):
             for backend in args.backend:
                 bw = busbw(scenario(hosts, gpus, {"topology": "rail-optimized",
-                                                  "backend": backend}, args.size), work)
+                                                  **network_keys(backend)}, args.size), work)
                 per_nic = bw / gpus
                 saturation.add_row(f"{hosts} x {gpus}", backend, f"{bw:.1f}", f"{per_nic:.1f}",
                                    f"{(per_nic / 47.0 - 1) * 100:+.1f}%")
@@ -76,7 +85,7 @@ def main() -> None:
             base = 0.0
             for ratio in (1, 2, 4):
                 network = {"topology": "leaf-spine", "hosts_per_leaf": 1,
-                           "oversubscription": ratio, "backend": backend}
+                           "oversubscription": ratio, **network_keys(backend)}
                 bw = busbw(scenario(4, 8, network, args.size), work)
                 base = base or bw
                 oversub.add_row(f"{ratio}:1", backend, f"{bw:.1f}", f"{bw / base:.2f}",

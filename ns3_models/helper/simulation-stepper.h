@@ -59,6 +59,19 @@ class SimulationStepper
         ns3::Simulator::Run();
     }
 
+    /// Make the RunUntil in progress return after the current event (a model found a fatal
+    /// problem and recorded it where Python reads it). Cleared by the next RunUntil.
+    static void RequestAbort()
+    {
+        AbortFlag() = true;
+    }
+
+    /// Whether the last RunUntil stopped on RequestAbort.
+    static bool Aborted()
+    {
+        return AbortFlag();
+    }
+
     /// Time of the next pending event in ns, or -1 when no event is pending.
     static int64_t NextEventNs()
     {
@@ -83,7 +96,8 @@ class SimulationStepper
         const uint64_t limit = NanoSeconds(limitNs).GetTimeStep();
         const std::size_t sizeBefore = log->GetSize();
         uint64_t processed = 0;
-        while (!events->IsEmpty())
+        AbortFlag() = false;
+        while (!events->IsEmpty() && !AbortFlag())
         {
             uint64_t next = events->PeekNext().key.m_ts;
             if (next > limit ||
@@ -96,7 +110,7 @@ class SimulationStepper
             ++processed;
         }
         Time target = NanoSeconds(limitNs);
-        if (log->GetSize() == sizeBefore && Simulator::Now() < target)
+        if (log->GetSize() == sizeBefore && !AbortFlag() && Simulator::Now() < target)
         {
             // A Stop event at the target is the only event left at or before it.
             Simulator::Stop(target - Simulator::Now());
@@ -106,6 +120,12 @@ class SimulationStepper
     }
 
   private:
+    static bool& AbortFlag()
+    {
+        static bool abort = false;
+        return abort;
+    }
+
     static ns3::DefaultSimulatorImpl* Impl()
     {
         auto* impl = dynamic_cast<ns3::DefaultSimulatorImpl*>(

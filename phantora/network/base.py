@@ -41,7 +41,10 @@ class NetworkStats:
     backend: str
     flows: int = 0
     bytes: int = 0
-    extra: dict[str, int | float] = field(default_factory=dict)
+    extra: dict[str, int | float | str] = field(default_factory=dict)
+    hot_ports: list[dict[str, object]] = field(default_factory=list)
+    """The few fabric ports that were paused longest or queued most (RoCE), named by link,
+    so a report can say where congestion was without listing every port."""
 
 
 class NetworkBackend(Protocol):

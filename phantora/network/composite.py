@@ -82,7 +82,8 @@ class CompositeBackend:
             flows=sum(stats.flows for _, stats in parts),
             bytes=sum(stats.bytes for _, stats in parts),
             extra={f"{name}.{key}": value for name, stats in parts
-                   for key, value in stats.extra.items()})
+                   for key, value in stats.extra.items()},
+            hot_ports=[port for _, stats in parts for port in stats.hot_ports])
 
     def close(self) -> None:
         self._intra.close()

@@ -24,5 +24,5 @@ def make_backend(topology: Topology, network: NetworkConfig | None, seed: int) -
     config = Ns3Config(mtu_bytes=network.mtu_bytes,
                        switch_buffer_bytes=network.switch_buffer_bytes,
                        ecn_threshold_bytes=network.ecn_threshold_bytes,
-                       transport=network.transport, seed=seed + 1)
+                       transport=network.transport, roce=network.roce, seed=seed + 1)
     return CompositeBackend(topology, intra, Ns3Backend(topology, config))

@@ -63,6 +63,42 @@ def coverage_line(coverage: dict[str, Any]) -> str:
     return line
 
 
+def fabric_line(network: dict[str, Any]) -> str | None:
+    """The ns-3 fabric's counters in one line (``None`` without a packet-level fabric)."""
+    extra = network.get("extra", {})
+    transport = extra.get("inter.transport")
+    if transport is None:
+        return None
+    line = (f"fabric (ns-3 {transport}): {extra['inter.data_packets']:,} data packets, "
+            f"{extra['inter.packet_hops']:,} packet-hops, {extra['inter.drops']} drops, "
+            f"{extra['inter.ecn_marks']:,} ECN marks")
+    if transport == "roce":
+        line += (f", {extra['inter.pfc_pause_frames']:,} PFC pauses ("
+                 f"{extra['inter.pfc_paused_us_total']:,.1f} us paused on "
+                 f"{extra['inter.pfc_paused_ports']} ports), {extra['inter.cnps']:,} CNPs, "
+                 f"{extra['inter.rate_cuts']:,} rate cuts on {extra['inter.queue_pairs_rate_cut']}"
+                 f" of {extra['inter.queue_pairs']} queue pairs, max queue "
+                 f"{format_bytes(extra['inter.max_queue_bytes'])}")
+    return line
+
+
+def hot_ports_table(network: dict[str, Any]) -> Table | None:
+    """The fabric ports that were paused longest or queued most (``None`` if none did)."""
+    ports = [port for port in network.get("hot_ports", [])
+             if port["paused_us"] > 0 or port["ecn_marks"] > 0]
+    if not ports:
+        return None
+    table = Table(title="busiest fabric ports")
+    for name in ("port", "paused (us)", "pauses received", "pauses sent", "max queue",
+                 "ECN marks"):
+        table.add_column(name, justify="left" if name == "port" else "right")
+    for port in ports:
+        table.add_row(port["port"], f"{port['paused_us']:.1f}",
+                      str(port["pause_frames_received"]), str(port["pause_frames_sent"]),
+                      format_bytes(port["max_queue_bytes"]), str(port["ecn_marks"]))
+    return table
+
+
 def with_progress(items: Iterable[T], total: int, description: str, console: Console) -> Iterator[T]:
     """Yield ``items`` while showing a progress bar (hidden when the console is not a terminal)."""
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),

@@ -10,8 +10,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
+from phantora.network.roce_presets import RoceSettings
+
 TopologyName = Literal["rail-optimized", "leaf-spine", "fat-tree"]
-Transport = Literal["dctcp"]
+Transport = Literal["dctcp", "roce"]
 BackendName = Literal["ns3", "flow"]
 Algorithm = Literal["auto", "ring", "tree", "nvls"]
 Protocol = Literal["auto", "simple", "ll", "ll128"]
@@ -77,10 +79,12 @@ class NetworkConfig(_Resolved):
     """Per link, propagation plus switch traversal; NIC links included."""
     mtu_bytes: int
     switch_buffer_bytes: int
-    """Egress queue capacity per switch port."""
+    """dctcp: egress queue capacity per switch port."""
     ecn_threshold_bytes: int
-    """Queue length above which switches mark ECN CE (DCTCP's K)."""
+    """dctcp: queue length above which switches mark ECN CE (DCTCP's K)."""
     transport: Transport
+    roce: RoceSettings | None
+    """PFC, ECN and DCQCN settings; ``None`` unless ``transport`` is roce."""
     backend: BackendName
 
 

@@ -7,7 +7,7 @@ every factor that went into it.
 """
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import ceil
 from pathlib import Path
 from typing import TypeVar
@@ -17,6 +17,7 @@ from intercept.value_policy import Routing
 from phantora.cluster.catalogue import GpuSpec, lookup_gpu
 from phantora.cluster.topology import uplinks_for
 from phantora.cpu_affinity import default_cpus
+from phantora.network.roce_presets import RoceSettings, preset
 from phantora.scenario.messages import Problem, join_words, scenario_error
 from phantora.scenario.model import (
     DTYPE_BYTES,
@@ -38,7 +39,9 @@ from phantora.scenario.schema import (
     ClusterSpec,
     CollectivesSpec,
     NcclSpec,
+    DEFAULT_SWITCH_BUFFER_BYTES,
     NetworkSpec,
+    RoceSpec,
     ScenarioSpec,
     SizeSweepSpec,
 )
@@ -139,26 +142,74 @@ def _network(cluster: ClusterSpec, net: NetworkSpec, gpu: GpuSpec,
     link_gbps = _given(net.link_bandwidth, nic_gbps)
     before = len(problems)
     fabric = _fabric(cluster, net, nic_gbps, link_gbps, problems)
-    if net.switch_buffer < 2 * net.mtu:
+    switch_buffer = _given(net.switch_buffer, DEFAULT_SWITCH_BUFFER_BYTES)
+    if switch_buffer < 2 * net.mtu:
         problems.append((f"{NET}.switch_buffer",
-                         f"{_bytes(net.switch_buffer)} is less than 2 x {NET}.mtu ({net.mtu}) "
+                         f"{_bytes(switch_buffer)} is less than 2 x {NET}.mtu ({net.mtu}) "
                          f"= {2 * net.mtu} bytes, so a port cannot hold two full packets; "
                          f"use at least {2 * net.mtu}"))
-    elif net.ecn_threshold is not None and not net.mtu <= net.ecn_threshold < net.switch_buffer:
+    elif net.ecn_threshold is not None and not net.mtu <= net.ecn_threshold < switch_buffer:
         problems.append((f"{NET}.ecn_threshold",
                          f"{_bytes(net.ecn_threshold)} must be at least {NET}.mtu ({net.mtu} "
-                         f"bytes) and below {NET}.switch_buffer ({_bytes(net.switch_buffer)}), "
+                         f"bytes) and below {NET}.switch_buffer ({_bytes(switch_buffer)}), "
                          "so that ECN marks full packets before the queue drops any; "
-                         f"use a value in [{net.mtu}, {net.switch_buffer})"))
+                         f"use a value in [{net.mtu}, {switch_buffer})"))
+    roce = _roce_settings(net, nic_gbps, problems)
     if fabric is None or len(problems) > before:
         return None
     ecn_bytes = _given(net.ecn_threshold, default_ecn_threshold_bytes(
         nic_gbps, net.link_latency, _longest_path_links(cluster, fabric), net.mtu,
-        net.switch_buffer))
+        switch_buffer))
     return NetworkConfig(topology=fabric, nic_gbps=nic_gbps, link_gbps=link_gbps,
                          link_latency_ns=net.link_latency, mtu_bytes=net.mtu,
-                         switch_buffer_bytes=net.switch_buffer, ecn_threshold_bytes=ecn_bytes,
-                         transport=net.transport, backend=net.backend)
+                         switch_buffer_bytes=switch_buffer, ecn_threshold_bytes=ecn_bytes,
+                         transport=net.transport, roce=roce, backend=net.backend)
+
+
+_ROCE_EQUIVALENT = {"switch_buffer": "buffer", "ecn_threshold": "ecn_kmin/ecn_kmax"}
+"""The ``cluster.network.roce`` keys that do what a DCTCP-only key does."""
+_ROCE_UNIT_SUFFIXES = ("", "_bytes", "_ns", "_gbps")
+"""``cluster.network.roce.KEY`` sets ``RoceSettings.KEY`` plus the suffix of its unit."""
+
+
+def _roce_settings(net: NetworkSpec, nic_gbps: float,
+                   problems: list[Problem]) -> RoceSettings | None:
+    """The preset with the scenario's overrides, for ``transport: roce``; checks the keys that
+    only make sense with one transport."""
+    if net.transport != "roce":
+        if net.roce is not None:
+            problems.append((f"{NET}.roce", f"given, but {NET}.transport is {net.transport}; "
+                                            "set transport: roce or remove the roce section"))
+        return None
+    for key in _ROCE_EQUIVALENT:
+        if getattr(net, key) is not None:
+            problems.append((f"{NET}.{key}",
+                             f"is a dctcp setting, but {NET}.transport is roce; use "
+                             f"{NET}.roce.{_ROCE_EQUIVALENT[key]} instead"))
+    spec = _given(net.roce, RoceSpec())
+    settings = preset(spec.preset, nic_gbps)
+    fields = set(RoceSettings.__dataclass_fields__)
+    overrides = {}
+    for key, value in spec.model_dump(exclude={"preset"}, exclude_none=True).items():
+        target = next(key + suffix for suffix in _ROCE_UNIT_SUFFIXES if key + suffix in fields)
+        overrides[target] = value
+    settings = replace(settings, **overrides)
+    roce = f"{NET}.roce"
+    if settings.ecn_kmin_bytes >= settings.ecn_kmax_bytes:
+        problems.append((f"{roce}.ecn_kmax",
+                         f"{settings.ecn_kmax_bytes} bytes is not above ecn_kmin "
+                         f"({settings.ecn_kmin_bytes} bytes); marking ramps from Kmin up to "
+                         "Kmax, so use a larger ecn_kmax or a smaller ecn_kmin"))
+    for key in ("dcqcn_min_rate", "dcqcn_rate_ai", "dcqcn_rate_hai"):
+        if getattr(settings, key + "_gbps") >= nic_gbps:
+            problems.append((f"{roce}.{key}",
+                             f"{_gbps(getattr(settings, key + '_gbps'))} is not below the NIC "
+                             f"rate ({_gbps(nic_gbps)}); use a smaller rate"))
+    if settings.pfc_watchdog_ns < 1_000:
+        problems.append((f"{roce}.pfc_watchdog",
+                         f"{settings.pfc_watchdog_ns} ns is shorter than a microsecond, less "
+                         "than one PFC round trip; use 1ms or more"))
+    return settings
 
 
 def _fabric(cluster: ClusterSpec, net: NetworkSpec, nic_gbps: float, link_gbps: float,

@@ -26,6 +26,7 @@ from intercept.host_speed import host_cpu_choices
 from intercept.value_policy import Routing
 from phantora.cluster.catalogue import CATALOGUE
 from phantora.cpu_affinity import usable_cpus
+from phantora.network.roce_presets import AckPriority, CongestionControl, PresetName
 from phantora.scenario.messages import expected_one_of
 from phantora.scenario.model import (
     Algorithm,
@@ -140,12 +141,6 @@ def _routing(text: str) -> str:
     return text
 
 
-def _implemented_transport(value: object) -> object:
-    if _lower(value) == "roce":
-        raise ValueError("RoCE (PFC + DCQCN) is not implemented yet; use transport: dctcp")
-    return _lower(value)
-
-
 def _channels(value: object) -> int | None:
     if _lower(value) == "auto":
         return None
@@ -191,6 +186,73 @@ class _Section(BaseModel):
                               use_attribute_docstrings=True)
 
 
+Fraction = Annotated[float, Field(gt=0, le=1)]
+
+
+class RoceSpec(_Section):
+    """``cluster.network.roce``: PFC, ECN and DCQCN of a RoCE fabric (``transport: roce``).
+    Every key but ``preset`` overrides one value of the preset."""
+
+    preset: Annotated[PresetName, Choice] = "simai"
+    """Named parameter set, scaled to the NIC rate: simai (SimAI.conf: K 800/3200 KB at
+    400G, 900us rate-increase timer, BDP window, acks at data priority), dcqcn-paper (Zhu et
+    al. 2015: Kmin 5 KB, Kmax 200 KB at 40G, Pmax 1%, 55us timers, F 5), hpcc-dcqcn (the HPCC
+    paper's DCQCN runs). Default simai."""
+    congestion_control: Annotated[CongestionControl, Choice] | None = None
+    """dcqcn, or none (PFC only: queue pairs stay at line rate)."""
+    pfc: bool | None = None
+    """Priority flow control (lossless). Off, a drop fails the run: the NICs do not
+    retransmit."""
+    buffer: Annotated[Bytes, Field(ge=65536, le=2**34)] | None = None
+    """Shared packet buffer of each switch (simai: 32MB)."""
+    headroom: Annotated[Bytes, Field(ge=1, le=2**30)] | None = None
+    """PFC headroom per port; default what the link needs (2 x latency x rate, 3 frames,
+    the PFC frame). Smaller values can drop packets, which fails the run."""
+    pfc_alpha: Annotated[float, Field(gt=0, le=64)] | None = None
+    """Dynamic PFC threshold: share of the free buffer one queue may take (default 1/8)."""
+    pfc_reserve: Annotated[Bytes, Field(le=2**24)] | None = None
+    """Guaranteed buffer per ingress port and priority (default 4096)."""
+    pfc_resume_offset: Annotated[Bytes, Field(le=2**24)] | None = None
+    """XON hysteresis below the threshold (default 3072)."""
+    pfc_watchdog: Duration | None = None
+    """A pause in force this long fails the run naming the ports (default 10ms)."""
+    ecn_kmin: Annotated[Bytes, Field(le=2**32)] | None = None
+    """ECN: egress queue above which marking starts, at NIC rate (scaled for faster ports)."""
+    ecn_kmax: Annotated[Bytes, Field(ge=1, le=2**32)] | None = None
+    """ECN: queue above which every data packet is marked; above ecn_kmin."""
+    ecn_pmax: Annotated[float, Field(ge=0, le=1)] | None = None
+    """ECN: marking probability at ecn_kmax."""
+    dcqcn_g: Fraction | None = None
+    """DCQCN: alpha gain g (simai 1/256)."""
+    dcqcn_alpha_interval: Annotated[Duration, Field(ge=1)] | None = None
+    """DCQCN: alpha update period (simai 1us)."""
+    dcqcn_decrease_interval: Annotated[Duration, Field(ge=1)] | None = None
+    """DCQCN: rate-decrease check period (simai 4us)."""
+    dcqcn_rp_timer: Annotated[Duration, Field(ge=1)] | None = None
+    """DCQCN: rate-increase timer (simai 900us)."""
+    dcqcn_fast_recovery_steps: Annotated[int, Field(ge=0, le=1000)] | None = None
+    """DCQCN: F, timer ticks of fast recovery before additive increase."""
+    dcqcn_rate_ai: Rate | None = None
+    """DCQCN: additive increase per tick (simai 50Mbps)."""
+    dcqcn_rate_hai: Rate | None = None
+    """DCQCN: hyper increase per tick (simai 100Mbps)."""
+    dcqcn_min_rate: Rate | None = None
+    """DCQCN: lowest rate a queue pair is cut to (simai 100Mbps); below the NIC rate."""
+    dcqcn_rate_on_first_cnp: Fraction | None = None
+    """DCQCN: rate factor applied on a queue pair's first CNP (simai 1.0)."""
+    dcqcn_clamp_target_rate: bool | None = None
+    """DCQCN: every decrease sets the target rate to the current rate."""
+    dcqcn_cnp_interval: Duration | None = None
+    """DCQCN notification point: at most one CNP per queue pair per interval; 0us: one per
+    marked packet (simai)."""
+    window: bool | None = None
+    """Bound bytes in flight per queue pair by its path's BDP, scaled by its rate."""
+    data_priority: Annotated[int, Field(ge=1, le=7)] | None = None
+    """PFC priority of data packets, 1 to 7 (default 3)."""
+    ack_priority: Annotated[AckPriority, Choice] | None = None
+    """high (acks and CNPs never paused) or data (behind data and paused with it; simai)."""
+
+
 class NetworkSpec(_Section):
     """``cluster.network``: the fabric between hosts (only with ``hosts >= 2``)."""
 
@@ -217,18 +279,24 @@ class NetworkSpec(_Section):
     default the smallest that fits every GPU."""
     mtu: Annotated[int, Field(ge=1280, le=9216)] = DEFAULT_MTU_BYTES
     """Largest packet in bytes, 1280 (IPv6 minimum) to 9216 (jumbo); default 9000."""
-    switch_buffer: QueueBytes = DEFAULT_SWITCH_BUFFER_BYTES
-    """Egress buffer per switch port; at least 2 x mtu. Default 4MiB: a 400G-generation
+    switch_buffer: QueueBytes | None = None
+    """dctcp: egress buffer per switch port; at least 2 x mtu (roce: cluster.network.roce.buffer,
+    shared per switch). Default 4MiB: a 400G-generation
     shallow-buffer switch (Tomahawk-3 class, about 64 MB shared by 32 x 400G ports) averages
     2 MB per port, and its dynamic sharing lets one congested port take several times its
     average, so 4 MiB (84 us of drain at 400 Gbps) stands for a hot port's share."""
     ecn_threshold: QueueBytes | None = None
-    """Queue length at which switches mark ECN (DCTCP's K); at least mtu, below switch_buffer.
+    """dctcp: queue length at which switches mark ECN (DCTCP's K); at least mtu, below
+    switch_buffer (roce: cluster.network.roce.ecn_kmin/ecn_kmax).
     Default K = 0.17 x NIC rate x base RTT (Alizadeh et al., "Analysis of DCTCP",
     SIGMETRICS 2011), the RTT over the topology's longest path, kept within [mtu,
     switch_buffer / 2] so marking always starts before drops."""
-    transport: Annotated[Transport, BeforeValidator(_implemented_transport)] = "dctcp"
-    """Congestion control: dctcp (TCP with ECN marking). RoCE is not implemented yet."""
+    transport: Annotated[Transport, Choice] = "roce"
+    """roce (default: RDMA over a lossless fabric with PFC, ECN and DCQCN, tuned under
+    cluster.network.roce; what GPU clusters run) or dctcp (TCP with DCTCP over ECN-marking
+    switches, on ns-3's TCP/IP stack; about 2.5x slower to simulate)."""
+    roce: RoceSpec | None = None
+    """RoCE settings (transport: roce only): a preset and per-key overrides."""
     backend: Annotated[BackendName, Choice] = "ns3"
     """Network model: ns3 (packet-level) or flow (fluid max-min, faster, no queues)."""
 

@@ -45,3 +45,24 @@ def test_bad_scenario_is_one_clear_error(tmp_path: Path, capsys: pytest.CaptureF
     out = capsys.readouterr().out
     assert 'cluster.gpu: got "h300"' in out
     assert "Traceback" not in out
+
+
+def test_roce_counters_reach_summary_and_console(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """An oversubscribed spine under a RoCE fabric: the counters of the fabric are in
+    summary.json (network.extra under ``inter.``, network.hot_ports) and on the console."""
+    scenario = tmp_path / "oversubscribed.yaml"
+    scenario.write_text(
+        "cluster: {gpu: h100, hosts: 4, gpus_per_host: 1, network: {topology: leaf-spine,\n"
+        "  hosts_per_leaf: 1, spines: 1, transport: roce,\n"
+        "  roce: {preset: dcqcn-paper, buffer: 2MB}}}\n"
+        "workload: {collectives: {ops: [all_to_all], sizes: [16MiB]}}\n")
+    assert main([str(scenario), "--out", str(tmp_path / "out")]) == 0
+    network = json.loads((tmp_path / "out" / "summary.json").read_text())["network"]
+    extra = network["extra"]
+    assert extra["inter.transport"] == "roce" and extra["inter.drops"] == 0
+    assert extra["inter.ecn_marks"] > 0 and extra["inter.cnps"] > 0
+    assert extra["inter.queue_pairs"] % 12 == 0  # every host to every other, per channel
+    assert network["hot_ports"][0]["max_queue_bytes"] > 0
+    out = capsys.readouterr().out
+    assert "fabric (ns-3 roce):" in out and "busiest fabric ports" in out

@@ -70,7 +70,21 @@ def test_multi_host_network_defaults_come_from_the_catalogue() -> None:
     assert network.nic_gbps == 200.0 and network.link_gbps == 200.0  # DGX A100: 200G NICs
     assert network.link_latency_ns == 500 and network.mtu_bytes == 9000
     assert network.switch_buffer_bytes == 4 * 2**20
-    assert (network.transport, network.backend) == ("dctcp", "ns3")
+    assert (network.transport, network.backend) == ("roce", "ns3")
+    assert network.roce is not None and network.roce.preset == "simai"
+
+
+def test_roce_preset_scaled_to_the_nic_with_single_overrides() -> None:
+    network = parse_scenario(scenario({"gpu": "A100-80G", "hosts": 2, "network": {
+        "transport": "RoCE", "roce": {"preset": "dcqcn-paper", "pfc_watchdog": "5ms",
+                                      "dcqcn_rate_ai": "100Mbps", "headroom": "200KB"}}}),
+        SOURCE).cluster.network
+    assert network is not None and network.roce is not None
+    roce = network.roce
+    assert roce.preset == "dcqcn-paper" and roce.ecn_kmin_bytes == 25_000  # 5 KB x 200G / 40G
+    assert (roce.pfc_watchdog_ns, roce.dcqcn_rate_ai_gbps, roce.headroom_bytes) == (
+        5_000_000, 0.1, 200_000)
+    assert roce.dcqcn_rate_hai_gbps == 0.2 and roce.pfc  # the rest from the preset
 
 
 def test_default_ecn_threshold_follows_the_dctcp_guideline() -> None:
@@ -83,7 +97,8 @@ def test_default_ecn_threshold_follows_the_dctcp_guideline() -> None:
 
 def test_default_ecn_threshold_stays_below_half_the_buffer() -> None:
     cluster = {"gpu": "h100", "hosts": 2,
-               "network": {"switch_buffer": 20000, "link_latency": "10us"}}
+               "network": {"switch_buffer": 20000, "link_latency": "10us",
+                           "transport": "dctcp"}}
     network = parse_scenario(scenario(cluster), SOURCE).cluster.network
     assert network is not None and network.ecn_threshold_bytes == 10000
 
@@ -92,7 +107,7 @@ def test_units_are_parsed_into_base_units() -> None:
     cluster = {"gpu": "h200", "hosts": 2, "nvlink_bandwidth": "450GBps",
                "network": {"nic_bandwidth": "50GBps", "link_bandwidth": "800Gbps",
                            "link_latency": "1.5us", "switch_buffer": "8MiB",
-                           "ecn_threshold": "100KB"}}
+                           "ecn_threshold": "100KB", "transport": "dctcp"}}
     workload = {"collectives": {"ops": ["all_reduce"], "sizes": [65536, "1MiB", "1GiB"]}}
     resolved = parse_scenario(scenario(cluster, workload), SOURCE)
     network = resolved.cluster.network
@@ -240,9 +255,32 @@ def test_k_too_small_shows_every_factor() -> None:
      'cluster.network.link_latency: got 500; expected a duration with a unit, e.g. "500ns"'),
     (scenario({"gpu": "h100", "hosts": 2, "network": {"switch_buffer": "8GiB"}}),
      'cluster.network.switch_buffer: got "8GiB"; expected at most 4294967295 bytes'),
-    (scenario({"gpu": "h100", "hosts": 2, "network": {"transport": "roce"}}),
-     'cluster.network.transport: got "roce"; RoCE (PFC + DCQCN) is not implemented yet; '
-     "use transport: dctcp"),
+    (scenario({"gpu": "h100", "hosts": 2, "network": {"transport": "rdma"}}),
+     'cluster.network.transport: got "rdma"; expected one of dctcp, roce'),
+    (scenario({"gpu": "h100", "hosts": 2, "network": {"transport": "roce",
+                                                      "roce": {"dcqcn_g": 2}}}),
+     "cluster.network.roce.dcqcn_g: got 2; expected a number > 0 and <= 1"),
+    (scenario({"gpu": "h100", "hosts": 2, "network": {"transport": "roce",
+                                                      "roce": {"preset": "simia"}}}),
+     'cluster.network.roce.preset: got "simia"; expected one of simai, dcqcn-paper, '
+     'hpcc-dcqcn; did you mean "simai"?'),
+    (scenario({"gpu": "h100", "hosts": 2, "network": {"transport": "roce",
+                                                      "roce": {"pfc_watchdg": "1ms"}}}),
+     "cluster.network.roce.pfc_watchdg: unknown key"),
+    (scenario({"gpu": "h100", "hosts": 2, "network": {"transport": "roce",
+                                                      "roce": {"ecn_kmin": "4MB"}}}),
+     "cluster.network.roce.ecn_kmax: 3200000 bytes is not above ecn_kmin (4000000 bytes)"),
+    (scenario({"gpu": "h100", "hosts": 2, "network": {"transport": "roce",
+                                                      "roce": {"dcqcn_min_rate": "400Gbps"}}}),
+     "cluster.network.roce.dcqcn_min_rate: 400 Gbps is not below the NIC rate (400 Gbps)"),
+    (scenario({"gpu": "h100", "hosts": 2, "network": {"transport": "roce",
+                                                      "ecn_threshold": "100KB"}}),
+     "cluster.network.ecn_threshold: is a dctcp setting, but cluster.network.transport is "
+     "roce; use cluster.network.roce.ecn_kmin/ecn_kmax instead"),
+    (scenario({"gpu": "h100", "hosts": 2, "network": {"transport": "dctcp",
+                                                      "roce": {"pfc": False}}}),
+     "cluster.network.roce: given, but cluster.network.transport is dctcp; set transport: "
+     "roce or remove the roce section"),
     (scenario({"gpu": "h100", "hosts": 2, "network": {"topology": "torus"}}),
      'cluster.network.topology: got "torus"; expected one of rail-optimized, leaf-spine, '
      "fat-tree"),
@@ -358,10 +396,11 @@ def test_rail_spines_are_sized_by_hosts_per_rail() -> None:
      "cluster.network.oversubscription: given, but cluster.gpus_per_host is 1, so there is one "
      "rail: no traffic crosses a spine; remove oversubscription or raise gpus_per_host or use "
      "leaf-spine"),
-    ({"gpu": "h100", "hosts": 2, "network": {"switch_buffer": "16KiB"}},
+    ({"gpu": "h100", "hosts": 2, "network": {"switch_buffer": "16KiB",
+                                                "transport": "dctcp"}},
      "cluster.network.switch_buffer: 16KiB (16384 bytes) is less than 2 x cluster.network.mtu "
      "(9000) = 18000 bytes, so a port cannot hold two full packets; use at least 18000"),
-    ({"gpu": "h100", "hosts": 2, "network": {"ecn_threshold": "4MiB"}},
+    ({"gpu": "h100", "hosts": 2, "network": {"ecn_threshold": "4MiB", "transport": "dctcp"}},
      "cluster.network.ecn_threshold: 4MiB (4194304 bytes) must be at least cluster.network.mtu "
      "(9000 bytes) and below cluster.network.switch_buffer (4MiB (4194304 bytes)), so that ECN "
      "marks full packets before the queue drops any; use a value in [9000, 4194304)"),

@@ -1,4 +1,4 @@
-"""Packet-level network backend on ns-3 (DCTCP over per-flow ECMP), inter-host flows only.
+"""Packet-level network backend on ns-3 (RoCE with PFC + DCQCN, or DCTCP), inter-host flows only.
 
 ns-3 is loaded on first use of :class:`Ns3Backend`; importing this package does not load it.
 """

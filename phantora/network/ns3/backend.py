@@ -1,11 +1,12 @@
-"""The packet-level network backend: inter-host flows simulated by ns-3 (DCTCP over ECMP).
+"""The packet-level network backend: inter-host flows simulated on ns-3.
 
-Each flow is a message on a persistent TCP connection keyed by ``(src, dst, tag)``, like an
-NCCL channel's connection. Connections open lazily: the first flow of a key creates the
-connection at the backend's current time, so that flow pays the 3-way handshake (one
-round trip, a few microseconds) and slow start from ``tcp_initial_cwnd_segments``; later
-flows reuse the open connection and its congestion window. Intra-host flows are refused:
-NVLink traffic belongs to another model.
+The transport (``Ns3Config.transport``) builds the fabric and carries each flow as a message
+on a connection keyed by ``(src, dst, tag)``, like an NCCL channel's: a TCP connection with
+DCTCP (:mod:`phantora.network.ns3.tcp`) or an RDMA queue pair over a lossless RoCE fabric
+(:mod:`phantora.network.ns3.roce`). This module keeps the backend contract, the stepping and
+the counters common to both. Intra-host flows are refused: NVLink traffic belongs to another
+model. A RoCE fabric that drops a packet or stays paused past its watchdog raises
+:class:`~phantora.errors.BackendError` at once, naming the switch and ports.
 
 ns-3's simulator is a process-wide singleton, so only one backend may be open at a time;
 ``close()`` destroys the simulation and a new backend may then be created.
@@ -21,14 +22,9 @@ from phantora.errors import BackendError
 from phantora.network.base import FlowDone, FlowId, GpuId, NetworkStats
 from phantora.network.ns3 import loader
 from phantora.network.ns3.config import Ns3Config
-from phantora.network.ns3.fabric import (
-    Fabric,
-    build_fabric,
-    check_topology,
-    connection_buffer_bytes,
-    longest_path_buffer_bytes,
-)
-from phantora.network.ns3.transport import configure_transport
+from phantora.network.ns3.fabric import Fabric, check_topology
+from phantora.network.ns3.roce import RoceTransport
+from phantora.network.ns3.tcp import TcpTransport
 
 _MAX_TIME_NS = 2**62
 """Far below ns-3's int64 nanosecond clock limit, far above any simulated run."""
@@ -59,17 +55,13 @@ class Ns3Backend:
         rng.SetRun(1)
         rng.ResetNextStreamIndex()
         check_topology(topology)
-        tcp_buffer_bytes = (self._config.tcp_buffer_bytes
-                            if self._config.tcp_buffer_bytes is not None
-                            else longest_path_buffer_bytes(topology, self._config))
-        # Before the fabric: TCP's socket type is read when the internet stacks are installed.
-        configure_transport(self._ns3, self._config, tcp_buffer_bytes)
-        self._fabric: Fabric | None = build_fabric(lib.phantora, topology, self._config)
-        self._messages: Any = lib.phantora.MessageHelper()
-        self._log: Any = self._messages.GetLog()
+        transport = RoceTransport if self._config.transport == "roce" else TcpTransport
+        self._transport: TcpTransport | RoceTransport | None = transport(lib, topology,
+                                                                         self._config)
+        self._fabric: Fabric | None = self._transport.fabric
+        self._log: Any = self._transport.log
         self._stepper: Any = lib.phantora.SimulationStepper
         self._stepper.Start()
-        self._connections: dict[tuple[GpuId, GpuId, int], int] = {}
         self._next_flow_id: FlowId = 0
         self._pending = 0
         self._bytes = 0
@@ -98,10 +90,9 @@ class Ns3Backend:
         if start_ns < now:
             raise BackendError(f"add_flow: start_ns={start_ns} is before now_ns()={now}; "
                                "flows cannot start in the past")
-        connection = self._connection(fabric, src, dst, tag)
         flow_id = self._next_flow_id
+        self._transport_of().send(src, dst, tag, flow_id, nbytes, start_ns)
         self._next_flow_id += 1
-        self._messages.Send(connection, flow_id, nbytes, start_ns)
         self._pending += 1
         self._bytes += nbytes
         return flow_id
@@ -128,34 +119,41 @@ class Ns3Backend:
                                f"[now_ns()={now}, {_MAX_TIME_NS}]")
         start = time.process_time()
         self._stepper.RunUntil(t_ns, self._log)
+        self._run_cpu_s += time.process_time() - start
+        if self._stepper.Aborted():
+            raise BackendError(f"the {self._config.transport} fabric failed at "
+                               f"{self.now_ns()} ns: {self._transport_of().failure()}")
         done = [FlowDone(int(c.id), int(c.endNs)) for c in self._log.GetCompletions()]
         self._log.Clear()
-        self._run_cpu_s += time.process_time() - start
         self._pending -= len(done)
         if self._pending and not done and self._stepper.NextEventNs() < 0:
             raise self._stuck()
         return done
 
+    def rates_gbps(self) -> dict[tuple[GpuId, GpuId, int], float]:
+        """RoCE: each queue pair's current DCQCN sending rate by ``(src, dst, tag)``; empty for
+        dctcp (TCP's rate is its window over the RTT, not a state)."""
+        transport = self._transport_of()
+        return transport.rates_gbps() if isinstance(transport, RoceTransport) else {}
+
     def stats(self) -> NetworkStats:
         if self._final_stats is not None:
             return self._final_stats
-        fabric = self._require_open()
+        transport = self._transport_of()
         return NetworkStats(
             backend="ns3",
             flows=self._next_flow_id,
             bytes=self._bytes,
             extra={
+                "transport": self._config.transport,
                 "events": int(self._ns3.Simulator.GetEventCount()),
-                "data_packets": int(fabric.helper.GetDataPackets()),
-                "packet_hops": int(fabric.helper.GetPacketHops()),
-                "drops": int(fabric.helper.GetDrops()),
-                "ecn_marks": int(fabric.helper.GetEcnMarks()),
+                **transport.extra(),
                 "completed_flows": self._next_flow_id - self._pending,
-                "connections": len(self._connections),
                 "simulated_ns": self.now_ns(),
                 "setup_cpu_s": round(self._setup_cpu_s, 3),
                 "run_cpu_s": round(self._run_cpu_s, 3),
             },
+            hot_ports=transport.hot_ports(),
         )
 
     def close(self) -> None:
@@ -166,7 +164,8 @@ class Ns3Backend:
         self._closed = True
         self._ns3.Simulator.Destroy()
         # Drop the C++ helpers now, while ns-3 is alive, not at interpreter teardown.
-        self._messages = self._log = self._fabric = None
+        self._transport_of().close()
+        self._log = self._fabric = self._transport = None
 
     def __enter__(self) -> Self:
         return self
@@ -180,25 +179,14 @@ class Ns3Backend:
             raise BackendError("this Ns3Backend is closed")
         return self._fabric
 
+    def _transport_of(self) -> TcpTransport | RoceTransport:
+        if self._transport is None:
+            raise BackendError("this Ns3Backend is closed")
+        return self._transport
+
     def _stuck(self) -> BackendError:
         return BackendError(f"{self._pending} flow(s) are pending but ns-3 has no events left; "
-                            "they can never complete")
-
-    def _connection(self, fabric: Fabric, src: GpuId, dst: GpuId, tag: int) -> int:
-        key = (src, dst, tag)
-        connection = self._connections.get(key)
-        if connection is None:
-            try:
-                send_buffer_bytes = (self._config.tcp_buffer_bytes
-                                     or connection_buffer_bytes(self._topology, self._config,
-                                                                src, dst))
-                connection = int(self._messages.AddConnection(
-                    fabric.helper.GetNode(fabric.gpu_node[src]),
-                    fabric.helper.GetNode(fabric.gpu_node[dst]), send_buffer_bytes))
-            except Exception as exc:  # cppyy turns the C++ std::length_error into this
-                raise BackendError(f"add_flow: cannot open connection {key}: {exc}") from exc
-            self._connections[key] = connection
-        return connection
+                            "they can never complete" + self._transport_of().stuck_detail())
 
 
 @atexit.register

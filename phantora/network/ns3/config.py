@@ -8,11 +8,13 @@ and the allowed range. Importing this module does not import ns-3.
 from dataclasses import dataclass, fields
 from typing import Literal
 
-Transport = Literal["dctcp"]
-"""Transports the backend implements. ``"roce"`` (PFC + DCQCN over a lossless fabric) is the
-planned second one: it will need its own NIC and switch-queue models in ``ns3_models``."""
+from phantora.network.roce_presets import RoceSettings
 
-TRANSPORTS: tuple[str, ...] = ("dctcp",)
+Transport = Literal["dctcp", "roce"]
+"""Transports the backend implements: TCP with DCTCP over ns-3's internet stack, or RDMA over
+a lossless fabric (PFC, ECN, DCQCN) on our own NIC and switch models."""
+
+TRANSPORTS: tuple[str, ...] = ("dctcp", "roce")
 
 TCP_IP_HEADER_BYTES = 52
 """IPv4 (20) + TCP (20) + timestamp option padded to 12 bytes: MSS = MTU - 52."""
@@ -37,8 +39,13 @@ class Ns3Config:
     150 KB is the usual minimum ECN threshold of RoCE/DCTCP deployments at 100-400 Gbps and
     above the ~BDP/7 that DCTCP needs for full throughput at a few microseconds of RTT."""
 
-    transport: Transport = "dctcp"
-    """Congestion control: ``"dctcp"`` (TCP with DCTCP over ECN-marking switches)."""
+    transport: Transport = "roce"
+    """``"roce"`` (RDMA over PFC + DCQCN) or ``"dctcp"`` (TCP with DCTCP over ECN-marking
+    switches); the ``tcp_*``, ``switch_buffer_bytes`` and ``ecn_threshold_bytes`` fields are
+    DCTCP's, ``roce`` holds RoCE's."""
+
+    roce: RoceSettings | None = None
+    """RoCE settings (``transport="roce"``); ``None``: the simai preset at the NIC rate."""
 
     tcp_buffer_bytes: int | None = None
     """TCP send and receive buffer per connection; the send buffer bounds the data in flight.
@@ -79,8 +86,11 @@ class Ns3Config:
                 if value not in TRANSPORTS:
                     raise ValueError(f"Ns3Config.transport: got {value!r}; expected one of "
                                      f"{', '.join(map(repr, TRANSPORTS))}")
-            elif f.name == "tcp_buffer_bytes" and value is None:
+            elif f.name in ("tcp_buffer_bytes", "roce") and value is None:
                 continue
+            elif f.name == "roce":
+                if not isinstance(value, RoceSettings):
+                    raise ValueError(f"Ns3Config.roce: got {value!r}; expected RoceSettings")
             elif isinstance(value, bool) or not isinstance(value, int):
                 raise ValueError(f"Ns3Config.{f.name}: got {value!r}; expected an integer")
         _check_range("mtu_bytes", self.mtu_bytes, 576, 65535,

@@ -20,18 +20,19 @@ class Fabric:
     """The built fabric: the C++ helper plus the GPU -> ns-3 node index map."""
 
     helper: Any
-    """``phantora::FabricHelper`` that owns the nodes and reports link counters."""
+    """The C++ helper that owns the nodes and reports the counters."""
     gpu_node: dict[int, int]
     """GPU id -> node index in ``helper`` (GPUs without a NIC are absent)."""
+    node_names: tuple[str, ...]
+    """Topology name of each node of ``helper``, by node index."""
 
 
-def build_fabric(cpp: Any, topology: Topology, config: Ns3Config) -> Fabric:
-    """Create nodes, links, queues, addresses and routes in the (fresh) ns-3 simulator.
+def build_fabric(helper: Any, topology: Topology) -> Fabric:
+    """Add ``topology``'s fabric nodes and links to ``helper`` (a ``phantora::FabricHelper`` or
+    ``phantora::RoceFabricHelper``: same construction calls) and install it.
 
     ``topology`` must have passed :func:`check_topology`.
     """
-    helper = cpp.FabricHelper(config.mtu_bytes, config.switch_buffer_bytes,
-                              config.ecn_threshold_bytes, config.seed)
     gpu_of_node = {node: gpu for gpu, node in enumerate(topology.gpu_nodes)}
     fabric_index: dict[int, int] = {}
     for link in topology.links:
@@ -43,10 +44,15 @@ def build_fabric(cpp: Any, topology: Topology, config: Ns3Config) -> Fabric:
                 fabric_index[node] = helper.AddEndpoint() if is_gpu else helper.AddSwitch()
         helper.AddLink(fabric_index[link.a], fabric_index[link.b],
                        round(link.gbps * 1e9), link.latency_ns)
+    names = [""] * len(fabric_index)
+    for node, index in fabric_index.items():
+        names[index] = topology.nodes[node].name
+        if hasattr(helper, "SetNodeName"):  # the RoCE helper names ports in its errors
+            helper.SetNodeName(index, names[index])
     helper.Install()
     gpu_node = {gpu_of_node[node]: index for node, index in fabric_index.items()
                 if node in gpu_of_node}
-    return Fabric(helper, gpu_node)
+    return Fabric(helper, gpu_node, tuple(names))
 
 
 def check_topology(topology: Topology) -> None:

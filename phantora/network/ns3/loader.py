@@ -23,6 +23,7 @@ NS3_MODULES = ("core", "network", "traffic-control", "internet", "point-to-point
 OUR_HEADERS = (
     "helper/fabric-helper.h",
     "helper/message-helper.h",
+    "helper/roce-fabric-helper.h",
     "helper/simulation-stepper.h",
 )
 """Top-level headers of ``ns3_models``; they include the rest."""

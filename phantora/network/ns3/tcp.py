@@ -1,0 +1,82 @@
+"""The DCTCP transport of the ns-3 backend: persistent TCP connections over ns-3's internet
+stack, RED/ECN switch queues and per-flow hash ECMP.
+
+Each flow is a message on a persistent TCP connection keyed by ``(src, dst, tag)``, like an
+NCCL channel's connection. Connections open lazily: the first flow of a key creates the
+connection at the backend's current time, so that flow pays the 3-way handshake (one round
+trip, a few microseconds) and slow start from ``tcp_initial_cwnd_segments``; later flows reuse
+the open connection and its congestion window.
+"""
+
+from types import SimpleNamespace
+from typing import Any
+
+from phantora.cluster.topology import Topology
+from phantora.errors import BackendError
+from phantora.network.ns3.config import Ns3Config
+from phantora.network.ns3.fabric import (
+    Fabric,
+    build_fabric,
+    connection_buffer_bytes,
+    longest_path_buffer_bytes,
+)
+from phantora.network.ns3.transport import configure_transport
+
+
+class TcpTransport:
+    """Builds the TCP fabric and sends messages on its connections."""
+
+    def __init__(self, lib: SimpleNamespace, topology: Topology, config: Ns3Config) -> None:
+        self._topology = topology
+        self._config = config
+        tcp_buffer_bytes = (config.tcp_buffer_bytes if config.tcp_buffer_bytes is not None
+                            else longest_path_buffer_bytes(topology, config))
+        # Before the fabric: TCP's socket type is read when the internet stacks are installed.
+        configure_transport(lib.ns3, config, tcp_buffer_bytes)
+        self.fabric: Fabric = build_fabric(
+            lib.phantora.FabricHelper(config.mtu_bytes, config.switch_buffer_bytes,
+                                      config.ecn_threshold_bytes, config.seed), topology)
+        self._messages: Any = lib.phantora.MessageHelper()
+        self.log: Any = self._messages.GetLog()
+        self._connections: dict[tuple[int, int, int], int] = {}
+
+    def send(self, src: int, dst: int, tag: int, flow_id: int, nbytes: int,
+             start_ns: int) -> None:
+        self._messages.Send(self._connection(src, dst, tag), flow_id, nbytes, start_ns)
+
+    def failure(self) -> str:
+        """TCP recovers from losses itself: nothing is ever fatal."""
+        return ""
+
+    def stuck_detail(self) -> str:
+        return ""
+
+    def extra(self) -> dict[str, int | float]:
+        helper = self.fabric.helper
+        return {"data_packets": int(helper.GetDataPackets()),
+                "packet_hops": int(helper.GetPacketHops()),
+                "drops": int(helper.GetDrops()),
+                "ecn_marks": int(helper.GetEcnMarks()),
+                "connections": len(self._connections)}
+
+    def hot_ports(self) -> list[dict[str, object]]:
+        return []
+
+    def close(self) -> None:
+        self._messages = self.log = None
+
+    def _connection(self, src: int, dst: int, tag: int) -> int:
+        key = (src, dst, tag)
+        connection = self._connections.get(key)
+        if connection is None:
+            try:
+                send_buffer_bytes = (self._config.tcp_buffer_bytes
+                                     or connection_buffer_bytes(self._topology, self._config,
+                                                                src, dst))
+                connection = int(self._messages.AddConnection(
+                    self.fabric.helper.GetNode(self.fabric.gpu_node[src]),
+                    self.fabric.helper.GetNode(self.fabric.gpu_node[dst]), send_buffer_bytes))
+            except Exception as exc:  # cppyy turns the C++ std::length_error into this
+                raise BackendError(f"add_flow: cannot open connection {key}: {exc}") from exc
+            self._connections[key] = connection
+        return connection
