@@ -8,7 +8,8 @@ batch, so a rank busy on the CPU keeps raising its promise and does not hold the
 
 Every op is stamped with the clock *while the buffer lock is held*, so no batch can promise a
 time later than an op still to be sent. While a sync is outstanding nothing else is sent: a
-blocked rank promises nothing until the reply comes. All the client's CPU time (pickling, the
+blocked rank promises nothing until the reply comes, and the clock has jumped to the reply's time
+before anything else may leave. All the client's CPU time (pickling, the
 heartbeat thread) is excluded from virtual time.
 """
 
@@ -80,16 +81,20 @@ class CoordinatorClient:
                 now = self._clock.now_ns()
                 self._send(Batch(now, self._take_ops(), sync=Sync(kind, target, now)))  # type: ignore[arg-type]
                 self._blocked = True
+            reply = None
             try:
                 reply = self._conn.recv()
             finally:
                 with self._lock:
+                    # Jump before unblocking, under the lock: the coordinator counts this rank's
+                    # promise as the reply's time from the moment it answered, so no batch (a
+                    # heartbeat) may leave with the clock still short of it (issue 14).
+                    if isinstance(reply, Reply) and kind != "query":
+                        self._clock.advance_to(reply.time_ns)
                     self._blocked = False
             if not isinstance(reply, Reply):
                 raise RuntimeError(f"the coordinator answered a {kind} sync with {reply!r}; "
                                    "expected a Reply")
-            if kind != "query":
-                self._clock.advance_to(reply.time_ns)
             return reply
 
     def close(self, exit_: Exit) -> None:

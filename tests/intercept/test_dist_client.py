@@ -180,3 +180,34 @@ def test_the_exit_reports_the_host_speed_factor_in_force() -> None:
     stats = coordinator.batches[-1].exit.stats
     assert (stats.peak_memory_bytes, stats.peak_reserved_bytes, stats.host_speed_factor) == (
         5, 8, 1.0)
+
+
+class _SlowAdvanceClock(VirtualClock):
+    """Takes a while to jump to a sync reply, as a loaded machine may: widens the window
+    between the reply's arrival and the clock's jump that issue 14's race fell into."""
+
+    def advance_to(self, t_ns: int) -> None:
+        time.sleep(0.01)
+        super().advance_to(t_ns)
+
+
+def test_no_heartbeat_promises_less_than_a_sync_reply_already_gave() -> None:
+    """Issue 14: "rank N's clock went back" in one run in three of a synchronize/collective
+    loop. The coordinator raises a blocked rank's promise to the reply's time when it answers
+    a sync; a heartbeat sent after the reply arrived but before the clock jumped to it promised
+    the old, earlier clock. The engine's own rule (``LiveEngine._ingest``) is checked here."""
+    ours, theirs = Pipe()
+    clock = _SlowAdvanceClock(epoch_ns=0, op_cost_ns=None)
+    client = CoordinatorClient(ours, clock, heartbeat_interval_s=0.0005)
+    coordinator = FakeCoordinator(theirs, reply_delay_ns=1_000_000_000)
+    client.start()
+    for _ in range(5):
+        client.sync("device", 0)
+    client.close(Exit(0))
+    coordinator.join()
+    promise = -1
+    for batch in coordinator.batches:
+        assert batch.clock_ns >= promise, f"promise went back from {promise} to {batch.clock_ns}"
+        promise = batch.clock_ns
+        if batch.sync is not None:
+            promise = max(promise, batch.sync.at_ns + coordinator.reply_delay_ns)
