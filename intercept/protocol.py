@@ -23,6 +23,8 @@ is the process group's name and ``seq`` counts that group's collectives on each 
 from dataclasses import dataclass, field
 from typing import Literal
 
+from intercept.host_cost import HostTimeSplit
+
 
 @dataclass(frozen=True, slots=True)
 class Kernel:
@@ -115,6 +117,8 @@ class RankStats:
     host_speed_factor: float = 1.0
     """What one ns of the simulating machine's CPU counted as at exit: the reference host's
     time over this machine's for the host-speed benchmark (1.0 unscaled or reproducible)."""
+    host_time: HostTimeSplit = HostTimeSplit()
+    """The rank's host time by origin: table-charged, measured residual, per optimizer step."""
 
 
 @dataclass(frozen=True, slots=True)

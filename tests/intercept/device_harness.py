@@ -59,6 +59,10 @@ class StandInRuntime:
         self._excluded_depth = 0
         self._stream_free_ns: dict[int, int] = {}
         self._event_ns: dict[int, int] = {}
+        self.host_ops: list[str] = []
+        """Ops that launched nothing, in order (their host cost only)."""
+        self.foreach_tensors: list[int] = []
+        """Per kernel, the list length passed for its host cost (1 unless foreach)."""
 
     @contextlib.contextmanager
     def excluded(self) -> Iterator[None]:
@@ -75,12 +79,17 @@ class StandInRuntime:
         if self._excluded_depth:
             raise AssertionError(f"runtime.{call} called inside excluded()")
 
-    def kernel(self, spec: KernelSpec, stream: int) -> None:
+    def kernel(self, spec: KernelSpec, stream: int, tensors: int = 1) -> None:
         self._check("kernel")
         self.kernels.append((spec.name, spec.flops, spec.bytes, stream))
+        self.foreach_tensors.append(tensors)
         self.clock_ns += LAUNCH_OVERHEAD_NS
         start = max(self.clock_ns, self._stream_free_ns.get(stream, 0))
         self._stream_free_ns[stream] = start + KERNEL_NS
+
+    def host_op(self, name: str) -> None:
+        self._check("host_op")
+        self.host_ops.append(name)
 
     def new_event(self) -> int:
         self._check("new_event")

@@ -154,21 +154,30 @@ def test_a_forked_child_may_not_use_the_rank_connection() -> None:
     assert coordinator.batches == []
 
 
-def test_a_collective_costs_the_host_more_than_a_kernel_launch() -> None:
-    from intercept.runtime import COLLECTIVE_LAUNCH_OVERHEAD_NS, KERNEL_LAUNCH_OVERHEAD_NS
+def test_ops_and_collectives_charge_the_host_cost_table() -> None:
     from phantora.compute import KernelSpec
     from tests.intercept.dist_coordinator import make_runtime
 
     runtime, _ = make_runtime(op_cost_ns=0)
-    before = runtime.clock.now_ns()
-    runtime.kernel(KernelSpec("aten::add_"), stream=0)
-    kernel_ns = runtime.clock.now_ns() - before
-    before = runtime.clock.now_ns()
-    runtime.collective(group="0", ranks=(0,), op="all_reduce", nbytes=64, dtype_bytes=4,
-                       stream=0)
-    collective_ns = runtime.clock.now_ns() - before
-    assert (kernel_ns, collective_ns) == (KERNEL_LAUNCH_OVERHEAD_NS,
-                                          COLLECTIVE_LAUNCH_OVERHEAD_NS)
+    table = runtime.host_costs
+    charged = []
+    for issue in (lambda: runtime.kernel(KernelSpec("aten::add_"), stream=0),
+                  lambda: runtime.kernel(KernelSpec("aten::mm"), stream=0),
+                  lambda: runtime.kernel(KernelSpec("aten::_foreach_add_"), stream=0, tensors=9),
+                  lambda: runtime.host_op("view"),
+                  lambda: runtime.collective(group="0", ranks=(0,), op="all_reduce", nbytes=64,
+                                             dtype_bytes=4, stream=0)):
+        before = runtime.clock.now_ns()
+        issue()
+        charged.append(runtime.clock.now_ns() - before)
+    assert charged == [table.op_ns("add_", launches=True), table.op_ns("mm", launches=True),
+                       table.op_ns("_foreach_add_", launches=True, tensors=9),
+                       table.op_ns("view", launches=False), table.collective_ns("all_reduce")]
+    # a view < an in-place add < a matrix product < a collective's call path, as measured
+    assert charged[3] < charged[0] < charged[1] < charged[4]
+    assert charged[2] == table.families_ns["foreach"] + 8 * table.foreach_per_tensor_ns \
+        - table.script_call_ns
+    assert runtime.clock.host_split().table_ns == sum(charged)
 
 
 def test_the_exit_reports_the_host_speed_factor_in_force() -> None:
