@@ -10,7 +10,7 @@ A rank's virtual time is what a real GPU host would have spent on the script so 
 The table-charged part (``intercept.host_cost``, per op family and per collective, measured on
 the reference hosts) does not depend on this machine; the residual (the script's own Python
 between intercepted ops) is measured here, converted to the reference host's speed, and per
-segment replaced by the median of its recent readings (``intercept.residual``).
+segment replaced by its quietest recent reading (``intercept.residual``).
 :meth:`VirtualClock.host_split` reports the two.
 
 *Process* CPU time (all threads: the script's main thread, the autograd engine's device thread,
@@ -161,6 +161,8 @@ class VirtualClock:
             excluded_cpu if op_cost_ns is None else _NO_EXCLUSION)
         self._cpu_scale = cpu_scale
         self._ratio = UNSCALED if cpu_scale is None else cpu_scale.ratio()
+        self._best_ratio = self._ratio
+        """The ratio of the fastest host-speed measurement so far (the quietest moment)."""
         self._scaled_before_ns = 0
         """Script CPU counted under earlier ratios, already scaled."""
         self._script_before_ns = 0
@@ -227,6 +229,8 @@ class VirtualClock:
                 self._scaled_before_ns += self._ratio.scale(frozen_ns - self._script_before_ns)
                 self._script_before_ns = script_ns
                 self._ratio = ratio
+                if ratio.factor > self._best_ratio.factor:
+                    self._best_ratio = ratio
 
     def excluded(self) -> AbstractContextManager[None]:
         """A context manager: CPU time the calling thread spends inside is not the script's.
@@ -261,6 +265,11 @@ class VirtualClock:
     def to_reference_ns(self, local_cpu_ns: int) -> int:
         """This machine's CPU ns as the reference host's, with the host-speed ratio in force."""
         return self._ratio.scale(local_cpu_ns)
+
+    def quietest_to_reference_ns(self, local_cpu_ns: int) -> int:
+        """This machine's CPU ns as the reference host's, with the ratio of the fastest
+        host-speed measurement so far (for a reading taken at the quietest moment too)."""
+        return self._best_ratio.scale(local_cpu_ns)
 
     def correct(self, reference_ns: int) -> None:
         """Add ``reference_ns`` (either sign) to the script's counted time, already converted to

@@ -153,7 +153,8 @@ def _run(spec: LaunchSpec, rank: int, kernel_cost: KernelCostModel) -> int:
     client = CoordinatorClient(Connection(spec.rank_fds[rank]), clock)
     residual = None
     if spec.op_cost_ns is None and shim.native_exclusion() is not None:
-        residual = ResidualSmoother(shim.thread_counted_ns, clock.to_reference_ns)
+        residual = ResidualSmoother(shim.thread_counted_ns, clock.to_reference_ns,
+                                    clock.quietest_to_reference_ns)
     runtime = RankRuntime(rank=rank, world_size=spec.world_size,
                           local_rank=rank % spec.ranks_per_host,
                           local_world_size=spec.ranks_per_host, gpu=spec.gpu, clock=clock,
