@@ -11,15 +11,26 @@ time later than an op still to be sent. While a sync is outstanding nothing else
 blocked rank promises nothing until the reply comes, and the clock has jumped to the reply's time
 before anything else may leave. All the client's CPU time (pickling, the
 heartbeat thread) is excluded from virtual time.
+
+Once started, a receiver thread reads everything the coordinator sends: replies go to the
+waiting sync, :class:`~intercept.protocol.ValueDelivery` messages to the value sink at once
+(values flow outside virtual time, so a rank's deferred values resolve while it runs on).
 """
 
 import os
+import queue
 import threading
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
+import numpy as np
+
 from intercept.clock import VirtualClock
-from intercept.protocol import Batch, Exit, Op, Reply, Sync
+from intercept.protocol import Batch, Exit, Op, Reply, Sync, ValueDelivery, ValueUpdate
+
+ValueSink = Callable[[tuple[tuple[int, Any], ...]], None]
+"""Receives the values a :class:`ValueDelivery` carries (``ValueStore.deliver``)."""
 
 MAX_BUFFERED_OPS = 256
 """Ops held before a flush: a few batches per GPT-2 step, each a single pickle and send."""
@@ -40,18 +51,34 @@ class CoordinatorClient:
         self._lock = threading.Lock()
         self._sync_lock = threading.Lock()
         self._ops: list[Op] = []
-        self._promised_ns = -1
-        """``clock_ns`` of the last batch sent."""
+        self._promised_ns = 0
+        """``clock_ns`` of the last batch sent (the coordinator starts every rank at 0)."""
         self._blocked = False
         self._closed = False
         self._pid = os.getpid()
         self._stop = threading.Event()
         self._heartbeat = threading.Thread(target=self._beat, name="phantora-heartbeat",
                                            daemon=True)
+        self._receiver = threading.Thread(target=self._receive, name="phantora-receiver",
+                                          daemon=True)
+        self._replies: queue.Queue[object] = queue.Queue()
+        self._value_sink: ValueSink | None = None
 
     def start(self) -> None:
-        """Start the heartbeat thread."""
+        """Start the heartbeat and receiver threads."""
         self._heartbeat.start()
+        self._receiver.start()
+
+    def set_value_sink(self, sink: ValueSink) -> None:
+        """Where :class:`ValueDelivery` values go (set before the script runs)."""
+        self._value_sink = sink
+
+    def send_values(self, value_id: int, data: np.ndarray | None) -> None:
+        """A :class:`ValueUpdate`: final inputs of a collective sent as pending (any thread,
+        also while blocked: it promises nothing)."""
+        with self._clock.excluded(), self._lock:
+            if not self._closed:
+                self._conn.send(ValueUpdate(value_id, data))
 
     def add(self, op_type: type[Op], **fields: Any) -> Op:
         """Buffer ``op_type(at_ns=<now>, **fields)``; flush if the buffer is full."""
@@ -83,7 +110,7 @@ class CoordinatorClient:
                 self._blocked = True
             reply = None
             try:
-                reply = self._conn.recv()
+                reply = self._next_reply()
             finally:
                 with self._lock:
                     # Jump before unblocking, under the lock: the coordinator counts this rank's
@@ -107,6 +134,38 @@ class CoordinatorClient:
             self._stop.set()
             if self._heartbeat.is_alive():
                 self._heartbeat.join()
+
+    def _next_reply(self) -> object:
+        """The coordinator's next reply (values that come first go to the sink)."""
+        if self._receiver.is_alive():
+            reply = self._replies.get()
+            if isinstance(reply, BaseException):
+                raise reply
+            return reply
+        while True:  # not started (tests): read here
+            message = self._conn.recv()
+            if not self._deliver(message):
+                return message
+
+    def _receive(self) -> None:
+        """Receiver loop: replies to the waiting sync, values to the sink."""
+        while True:
+            try:
+                message = self._conn.recv()
+            except (EOFError, OSError) as error:
+                self._replies.put(error)
+                return
+            if not self._deliver(message):
+                self._replies.put(message)
+
+    def _deliver(self, message: object) -> bool:
+        """Hand a :class:`ValueDelivery` to the sink; False for anything else."""
+        if not isinstance(message, ValueDelivery):
+            return False
+        if self._value_sink is not None:
+            with self._clock.excluded():
+                self._value_sink(message.values)
+        return True
 
     def _take_ops(self) -> list[Op]:
         ops, self._ops = self._ops, []

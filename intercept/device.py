@@ -25,6 +25,7 @@ from phantora.errors import SimulationError
 if TYPE_CHECKING:
     from intercept.fake_mode import (DeviceMemory, FunctionalCollectiveHandler, Runtime,
                                      SimFakeMode)
+    from intercept.value_policy import ValuePolicy
 
     class DeviceRuntime(Runtime, Protocol):
         """What the device needs of ``intercept.runtime.RankRuntime``."""
@@ -47,21 +48,28 @@ def prepare(gpu: GpuSpec, device_count: int) -> None:
 
 def enter_fake_mode(runtime: "DeviceRuntime | None" = None,
                     on_functional_collective: "FunctionalCollectiveHandler | None" = None,
-                    ) -> "SimFakeMode":
+                    policy: "ValuePolicy | None" = None, rank: int = 0) -> "SimFakeMode":
     """Enter the process's :class:`SimFakeMode`, recording to ``runtime``.
 
     ``runtime`` defaults to ``RankRuntime.current()``. ``on_functional_collective`` receives
     every ``_c10d_functional`` op (the process group's entry point); without one such an op
-    raises. The mode stays entered (in every thread the script starts) for the process's life.
+    raises. ``policy`` is the scenario's value model (default: seed 0, uniform routing), drawn
+    per ``rank``. The mode stays entered (in every thread the script starts) for the process's
+    life.
     """
     from intercept import fake_mode, patches
+    from intercept.value_policy import ValuePolicy
 
     if fake_mode.active() is not None:
         raise SimulationError("the fake CUDA mode is already entered in this process")
     if runtime is None:
         runtime = _rank_runtime()
     memory = patches.installed().memory
-    mode = fake_mode.SimFakeMode(runtime, memory, on_functional_collective)
+    mode = fake_mode.SimFakeMode(runtime, memory, on_functional_collective,
+                                 policy or ValuePolicy(), rank)
+    if hasattr(runtime, "set_value_sink"):  # a rank's runtime (tests pass stand-ins)
+        runtime.set_value_sink(mode.values.deliver)
+        mode.values.set_update_sender(runtime.send_values)
     shim.set_callback(_stream_event_bridge(runtime, memory))
     mode.__enter__()
     fake_mode.activate(mode)

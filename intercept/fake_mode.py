@@ -14,15 +14,18 @@ For each aten op it
   host and device, whose ``bytes`` is the size moved;
 * treats reading a CUDA value on the host (``.item()``, ``float()``, ``.tolist()``,
   ``print``, format, ``.cpu()``, data-dependent output shapes) and blocking copies between
-  host and device as a host sync: ``runtime.sync("stream", current stream)``, then returns a
-  plausible value.
+  host and device as a host sync: ``runtime.sync("stream", current stream)``, then reads the
+  value;
+* keeps the real values of the tensors that steer control flow (integers, bools, small
+  tensors: ``intercept.values``) and derives the integers of ops on fake floats (router top-k,
+  comparisons) from the seeded value model (``intercept.value_model``).
 
-Plausible values (no data exists): floating and complex scalars read as :data:`FLOAT_VALUE`
-(1.0: a loss or grad norm that never divides by zero), integers as :data:`INT_VALUE` (1),
-booleans as :data:`BOOL_VALUE` (False: ``found_inf``, ``isnan(loss).any()``). Data-dependent
-shapes: ``nonzero``, ``masked_select``, boolean indexing and ``unique`` keep
-:data:`SELECT_FRACTION` of the elements; ``bincount`` has ``max(minlength, INT_VALUE + 1)``
-bins; ``repeat_interleave(repeats)`` repeats every element ``INT_VALUE`` times.
+What a host reads: a valued tensor's values; a fake float :data:`FLOAT_VALUE` (1.0: a loss or
+grad norm that never divides by zero); an integer the simulator cannot know :data:`INT_VALUE`
+(1), with a warning naming the script line; a bool :data:`BOOL_VALUE`. Data-dependent shapes
+(``nonzero``, ``masked_select``, boolean indexing, ``unique``, ``bincount``,
+``repeat_interleave``) follow the values; of unknown values they stop the run, or keep
+:data:`SELECT_FRACTION` of the elements with ``simulation.unknown_shapes: half``.
 
 Device memory (``torch.cuda.memory_allocated`` and friends, out-of-memory errors) comes from a
 model of PyTorch's caching allocator per GPU (``intercept.allocator``) that fake CUDA storages
@@ -42,7 +45,10 @@ host runs too.
 
 import contextlib
 import functools
+import os
 import threading
+import traceback
+import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -54,6 +60,9 @@ from torch._subclasses.fake_tensor import _DISPATCH_META_HANDLERS, FakeTensor, F
 
 from intercept import op_costs, shim
 from intercept.allocator import CUDA_CONTEXT_BYTES, Block, CachingAllocator
+from intercept.value_model import ValueModel
+from intercept.value_policy import ValuePolicy
+from intercept.values import ValueStore
 from phantora.compute.spec import MEMCPY_DTOH, MEMCPY_HTOD, KernelSpec
 from phantora.errors import SimulationError
 
@@ -65,6 +74,10 @@ INT_VALUE = 1
 BOOL_VALUE = False
 SELECT_FRACTION = 0.5
 REAL_CPU_MAX_NUMEL = 65536
+VALUES_SOON_S = 2.0
+VALUES_TIMEOUT_S = 120.0
+"""How long a host read waits (wall time) for a collective's values: after its stream sync,
+then after a device sync, before it gives up."""
 CALIBRATION_ROUNDS = 10
 CALIBRATION_OPS = 100
 """:func:`calibrate_dispatch_glue` times this many rounds of this many ops (~0.1 s of CPU)."""
@@ -343,11 +356,17 @@ class SimFakeMode(FakeTensorMode):
     supports_higher_order_operators = True
 
     def __init__(self, runtime: Runtime, memory: DeviceMemory,
-                 on_functional_collective: FunctionalCollectiveHandler | None = None) -> None:
+                 on_functional_collective: FunctionalCollectiveHandler | None = None,
+                 policy: ValuePolicy = ValuePolicy(), rank: int = 0) -> None:
         super().__init__(allow_non_fake_inputs=True)
         self.runtime = runtime
         self.memory = memory
         self.on_functional_collective = on_functional_collective
+        self.policy = policy
+        generator = torch.Generator().manual_seed(policy.seed * 1_000_003 + rank)
+        self.values = ValueStore(generator)
+        """Real values of the valued fake tensors (``intercept.values``)."""
+        self.value_model = ValueModel(self.values, policy.routing, policy.seed, rank)
         self._thread = threading.local()
         self._current_stream = shim.library().fakecuda_current_stream
         self._names: dict[Any, str] = {}
@@ -363,6 +382,38 @@ class SimFakeMode(FakeTensorMode):
         """The host waits for the GPU before reading ``t`` (if ``t`` lives on a GPU)."""
         if t.device.type == "cuda":
             self.runtime.sync("stream", self._current_stream(t.device.index or 0))
+
+    def host_values(self, t: torch.Tensor) -> torch.Tensor:
+        """What the host reads of ``t`` after its host sync: its values where known, else
+        :func:`plausible_value` everywhere (a real CPU tensor, no memory per element)."""
+        self._await_values([t])
+        with self.runtime.excluded():
+            real = self.values.real(t)
+            if real is not None:
+                return real.detach()
+            if not (t.dtype.is_floating_point or t.dtype.is_complex):
+                _warn_unknown(t)
+        return _stand_in(t)
+
+    def _await_values(self, inputs: list[torch.Tensor]) -> None:
+        """Values a collective has yet to deliver are needed now. The caller synchronised the
+        stream that waits for the collective, as a real host does, so they are on their way
+        (computed from other ranks' values): wait for them, in wall time only. If they do not
+        come soon, that stream did not wait for the collective: synchronise the whole device
+        (the collective's stream included), as the read would need on a GPU, and wait on."""
+        if not any(self.values.pending(t) for t in inputs):
+            return
+        with self.runtime.excluded():
+            arrived = self.values.wait(inputs, VALUES_SOON_S)
+        if arrived:
+            return
+        self.runtime.sync("device")
+        with self.runtime.excluded():
+            if not self.values.wait(inputs, VALUES_TIMEOUT_S):
+                raise SimulationError(
+                    f"the values of a tensor read{_script_line()} did not arrive within "
+                    f"{VALUES_TIMEOUT_S:.0f} s: a collective that produces them never completed "
+                    "on every member (or a member exited before sending them)")
 
     @contextlib.contextmanager
     def shapes_only(self) -> Iterator[None]:
@@ -393,11 +444,16 @@ class SimFakeMode(FakeTensorMode):
             if getattr(state, "counted", False):
                 shim.count_rest_of_dispatch()
             if func in DATA_DEPENDENT:
-                return DATA_DEPENDENT[func](self, *args, **kwargs)
+                return self._data_dependent(func, args, kwargs,
+                                            op_costs.flat_tensors((args, kwargs)))
             return self.dispatch(func, types, args, kwargs)
         if func.namespace == COLLECTIVE_NAMESPACE:
             # c10d.allreduce_ & co. reach the process group, which accounts for its own time.
             return self.dispatch(func, types, args, kwargs)
+        if func is aten._local_scalar_dense.default:
+            return self._read_scalar(func, types, args, kwargs)
+        if func in DATA_DEPENDENT or _syncs_host(func, args):
+            self._sync_pending_inputs(args, kwargs)
         state.depth = 1
         try:
             with self.runtime.excluded():
@@ -434,16 +490,18 @@ class SimFakeMode(FakeTensorMode):
             inputs += op_costs.flat_tensors(kwargs)
         if func.namespace == "aten" and _runs_real(func, args, kwargs, inputs):
             return _RUN_REAL, None
-        if func is aten._local_scalar_dense.default:
-            return self._read_scalar(func, types, args, kwargs)
         if func is aten.record_stream.default:  # no fake implementation; no kernel
             self.memory.record_stream(args[0], args[1].stream_id)
             return None, None
-        handler = DATA_DEPENDENT.get(func)
-        if handler is not None:
-            out = handler(self, *args, **kwargs)
+        if func in DATA_DEPENDENT:
+            out = self._data_dependent(func, args, kwargs, inputs)
         else:
             out = self.dispatch(func, types, args, kwargs)
+            if out is not NotImplemented:
+                if self.value_model.handles(func, inputs):
+                    self.value_model.apply(func, args, kwargs, out)
+                else:
+                    self.values.after_op(func, args, kwargs, out, inputs)
         return out, self._launch(func, args, kwargs, out, inputs)
 
     def _launch(self, func: Any, args: Any, kwargs: Any, out: Any,
@@ -482,19 +540,56 @@ class SimFakeMode(FakeTensorMode):
         return (op_costs.kernel_spec(name, func, args, kwargs, out), device,
                 _syncs_host(func, args))
 
-    def _read_scalar(self, func: Any, types: Any, args: Any,
-                     kwargs: Any) -> tuple[Any, Launch | None]:
-        """``.item()`` and friends: a device-to-host copy the host waits for.
+    def _read_scalar(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        """``.item()`` and friends: a device-to-host copy the host waits for, then the value.
 
         Small CPU constants FakeTensorMode tracks keep their real value.
         """
         t = args[0]
         if isinstance(t, FakeTensor) and t.constant is not None:
-            return self.dispatch(func, types, args, kwargs), None
-        launch = None
+            with self.runtime.excluded():
+                return self.dispatch(func, types, args, kwargs)
         if t.device.type == "cuda":
-            launch = (KernelSpec(MEMCPY_DTOH, bytes=t.element_size()), t.device.index or 0, True)
-        return plausible_value(t.dtype), launch
+            stream = self._current_stream(t.device.index or 0)
+            self.runtime.kernel(KernelSpec(MEMCPY_DTOH, bytes=t.element_size()), stream)
+            self.runtime.sync("stream", stream)
+        return self.host_values(t).item()
+
+    def _sync_pending_inputs(self, args: Any, kwargs: Any) -> None:
+        """An op whose output shape depends on values a collective has yet to deliver: on a
+        GPU it synchronises its stream to learn the shape, so the values are there."""
+        inputs = [t for t in op_costs.flat_tensors((args, kwargs)) if self.values.pending(t)]
+        if inputs:
+            self.host_sync(inputs[0])
+            self._await_values(inputs)
+
+    def _data_dependent(self, func: Any, args: Any, kwargs: Any,
+                        inputs: list[torch.Tensor]) -> Any:
+        """An op whose output shape depends on its input values: computed from them where they
+        are known, else by ``simulation.unknown_shapes`` (an error by default)."""
+        reals = [self.values.real(t) for t in inputs]
+        if all(r is not None for r in reals):
+            real_out = self.values.run_real(func, args, kwargs)
+            if real_out is not None:
+                device = inputs[0].device
+                out = torch.utils._pytree.tree_map(
+                    lambda r: self._fake_like(r, device) if isinstance(r, torch.Tensor) else r,
+                    real_out)
+                for fake, real in zip(torch.utils._pytree.tree_leaves(out),
+                                      torch.utils._pytree.tree_leaves(real_out), strict=True):
+                    if isinstance(fake, torch.Tensor):
+                        self.values.set_values(fake, real)
+                return out
+        if self.policy.unknown_shapes == "error":
+            raise SimulationError(
+                f"{func._schema.name} needs the values of a tensor the simulator does not know "
+                f"(computed from fake floating-point data){_script_line()}: its output shape "
+                "cannot be bounded. Set simulation.unknown_shapes: half in the scenario to keep "
+                "half of the elements, or derive the tensor from integer values.")
+        return DATA_DEPENDENT[func](self, *args, **kwargs)
+
+    def _fake_like(self, real: torch.Tensor, device: torch.device) -> Any:
+        return _empty(self, tuple(real.shape), real.dtype, device)
 
     def _higher_order(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
         """Forward a HOP to FakeTensorMode's rule; the ops inside it are dispatched normally."""
@@ -708,9 +803,38 @@ def active() -> SimFakeMode | None:
     return _active
 
 
-def _host_read(t: torch.Tensor) -> None:
-    if _active is not None:
-        _active.host_sync(t)
+def _host_read(t: torch.Tensor) -> torch.Tensor:
+    """Sync the host with the GPU before reading ``t``; what it reads (``host_values``)."""
+    if _active is None:
+        return _stand_in(t)
+    _active.host_sync(t)
+    return _active.host_values(t)
+
+
+def _script_line() -> str:
+    """`` at FILE:LINE`` of the innermost frame of the user's script (not torch's or ours)."""
+    frame = _script_frame()
+    return "" if frame is None else f" at {frame.filename}:{frame.lineno}"
+
+
+def _script_frame() -> Any:
+    ours = (os.path.dirname(torch.__file__), os.path.dirname(__file__))
+    for frame in reversed(traceback.extract_stack()):
+        if not frame.filename.startswith(ours) and not frame.filename.startswith("<"):
+            return frame
+    return None
+
+
+def _warn_unknown(t: torch.Tensor) -> None:
+    """An integer or bool read the simulator cannot know: say so once per script line."""
+    frame = _script_frame()
+    value = plausible_value(t.dtype)
+    message = (f"phantora: reading a {t.dtype} tensor whose values the simulator does not know "
+               f"(computed from fake floating-point data); it reads {value}")
+    if frame is None:
+        warnings.warn(message, RuntimeWarning, stacklevel=2)
+    else:
+        warnings.warn_explicit(message, RuntimeWarning, frame.filename, frame.lineno or 0)
 
 
 def _stand_in(t: torch.Tensor) -> torch.Tensor:
@@ -729,7 +853,7 @@ def fake_format(self: torch.Tensor, spec: str) -> str:
 def fake_repr(self: torch.Tensor, *, tensor_contents: Any = None) -> str:
     """``print(t)``: what real torch prints (``torch._tensor_str._str_intern``'s dense case),
     with plausible values, after a host sync."""
-    _host_read(self)
+    values = _host_read(self)
     tensor_str = torch._tensor_str
     prefix = "tensor("
     suffixes = []
@@ -747,7 +871,7 @@ def fake_repr(self: torch.Tensor, *, tensor_contents: Any = None) -> str:
     else:
         if self.dtype not in default_dtypes:
             suffixes.append(f"dtype={self.dtype}")
-        contents = tensor_str._tensor_str(_stand_in(self), len(prefix))
+        contents = tensor_str._tensor_str(values, len(prefix))
     if self.grad_fn is not None:
         suffixes.append(f"grad_fn=<{type(self.grad_fn).__name__}>")
     elif self.requires_grad:
@@ -762,8 +886,7 @@ def fake_repr(self: torch.Tensor, *, tensor_contents: Any = None) -> str:
 
 def fake_tolist(self: torch.Tensor) -> Any:
     """One host sync for the whole tensor (FakeTensor.tolist would sync per element)."""
-    _host_read(self)
-    return _stand_in(self).tolist()
+    return _host_read(self).tolist()
 
 
 def fake_numpy(self: torch.Tensor, *, force: bool = False) -> np.ndarray:
@@ -771,8 +894,7 @@ def fake_numpy(self: torch.Tensor, *, force: bool = False) -> np.ndarray:
     if self.device.type != "cpu" and not force:
         raise TypeError(f"can't convert {self.device} device type tensor to numpy. Use "
                         "Tensor.cpu() to copy the tensor to host memory first.")
-    _host_read(self)
-    return _stand_in(self).numpy(force=True).copy()
+    return _host_read(self).numpy(force=True).copy()
 
 
 def fake_reduce_ex(self: torch.Tensor, protocol: int) -> tuple[Any, tuple[Any, ...]]:

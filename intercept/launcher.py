@@ -43,6 +43,7 @@ from types import TracebackType
 
 from intercept.rank_main import LaunchSpec, run_rank
 from intercept.runtime import KernelCostModel
+from intercept.value_policy import ValuePolicy
 from phantora.cluster.catalogue import GpuSpec
 from phantora.errors import SimulationError
 
@@ -97,14 +98,16 @@ class Launcher:
     tests). ``epoch_ns`` is what every rank's ``time.time_ns()`` reads at virtual time 0
     (default: now); ``op_cost_ns`` switches on reproducible mode (see ``intercept.clock``);
     ``host_cpu`` names the reference host whose CPU speed the ranks' script CPU time is scaled
-    to (``intercept.host_speed``; ``None`` or ``"native"``: unscaled).
+    to (``intercept.host_speed``; ``None`` or ``"native"``: unscaled); ``values`` the value
+    model (``intercept.value_policy``).
     """
 
     def __init__(self, script: str | Path, args: Sequence[str], env: Mapping[str, str],
                  world_size: int, ranks_per_host: int, gpu: GpuSpec, out_dir: str | Path, *,
                  gpus_per_host: int | None = None, fake_device: bool = True,
                  epoch_ns: int | None = None, op_cost_ns: int | None = None,
-                 host_cpu: str | None = None, master_addr: str = "127.0.0.1",
+                 host_cpu: str | None = None, values: ValuePolicy = ValuePolicy(),
+                 master_addr: str = "127.0.0.1",
                  master_port: int = 29500) -> None:
         if world_size < 1 or ranks_per_host < 1 or world_size % ranks_per_host:
             raise ValueError(f"world_size ({world_size}) must be a positive multiple of "
@@ -121,7 +124,7 @@ class Launcher:
             gpus_per_host=gpus_per_host or ranks_per_host, out_dir=Path(out_dir).resolve(),
             fake_device=fake_device, epoch_ns=time.time_ns() if epoch_ns is None else epoch_ns,
             op_cost_ns=op_cost_ns, master_addr=master_addr, master_port=master_port,
-            run_id=uuid.uuid4().hex[:12], host_cpu=host_cpu)
+            run_id=uuid.uuid4().hex[:12], host_cpu=host_cpu, values=values)
         self.connections: list[Connection] = []
         """The coordinator's end of each rank's connection, indexed by rank."""
         self.pids: dict[int, int] = {}

@@ -333,6 +333,19 @@ def storage_resize_reallocating(original: Callable[..., Any]) -> Callable[..., A
     return resize_
 
 
+def storage_from_buffer_real(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``UntypedStorage.from_buffer`` makes a real CPU storage, as without a fake mode (under
+    one it makes a meta storage, which ``torch.ByteTensor(storage)`` then refuses): object
+    collectives pickle into one."""
+
+    @functools.wraps(original)
+    def from_buffer(*args: Any, **kwargs: Any) -> Any:
+        with torch.utils._python_dispatch._disable_current_modes():
+            return original(*args, **kwargs)
+
+    return from_buffer
+
+
 def accelerator_memory_stats(device_index: Any = None, /) -> dict[str, Any]:
     return torch.cuda.memory_stats(device_index)
 
@@ -565,6 +578,8 @@ PATCHES: tuple[Patch | Wrap | Register, ...] = (
           _NO_C),
     Patch("torch.cuda.memory.get_per_process_memory_fraction", get_per_process_memory_fraction,
           _NO_C),
+    Wrap("torch.UntypedStorage.from_buffer", storage_from_buffer_real,
+         "object collectives (send_object_list, broadcast_object_list) pickle into a buffer"),
     Wrap("torch.UntypedStorage.resize_", storage_resize_reallocating,
          "a fake storage's resize_ changes its size in C++ only; the allocator must know"),
     Wrap("torch.distributed.tensor._sharding_prop.ShardingPropagator."

@@ -9,8 +9,11 @@ simulator instead of NCCL.
 ``RANK``/``WORLD_SIZE``. Nothing is ever exchanged between ranks through the store.
 
 A collective is described to :meth:`RankRuntime.collective` (sizes as nccl-tests counts them)
-and returns a :class:`PhantomWork` at once; nothing is computed, outputs keep whatever values
-they had. As with ProcessGroupNCCL, ``work.wait()`` makes the caller's current stream wait for
+and returns a :class:`PhantomWork` at once. Fake floating tensors carry no data; tensors with
+real values (``intercept.values``: integers, bools, small and CPU tensors) send them along,
+and their outputs receive what the other members sent once every member has issued the
+collective (delivered with a later host sync; ``wait()`` on real CPU tensors blocks the host
+for them, as gloo does). As with ProcessGroupNCCL, ``work.wait()`` makes the caller's current stream wait for
 the collective and does not block the CPU (``barrier`` alone also blocks the host). Futures are
 completed at once with the outputs; where PyTorch's CUDA futures would make streams wait
 (``fut.wait()``, ``fut.then``; DDP's reducer at the end of backward) the current stream waits
@@ -43,7 +46,12 @@ from torch.autograd import Variable
 from torch.futures import Future
 from torch.utils.weak import WeakTensorKeyDictionary
 
+import numpy as np
+
+from intercept import fake_mode
+from intercept.protocol import ValuePayload
 from intercept.runtime import RankRuntime
+from intercept.values import is_real, valuable
 from phantora.collectives.request import CollectiveOp
 
 BACKEND_NAME = "phantora"
@@ -82,6 +90,26 @@ def _runtime() -> RankRuntime:
     return runtime
 
 
+_REDUCE_OPS = {"SUM": "sum", "AVG": "avg", "PRODUCT": "product", "MIN": "min", "MAX": "max",
+               "BAND": "band", "BOR": "bor", "BXOR": "bxor"}
+
+
+def _reduce_op(opts: Any) -> str:
+    """The values' name of a c10d reduce op (``premul_sum`` and unknown ones: unknown)."""
+    op = getattr(opts, "reduceOp", None)
+    for name, value in _REDUCE_OPS.items():
+        if op == getattr(dist.ReduceOp, name):
+            return value
+    return "unknown" if op is not None else "sum"
+
+
+def _numpy_dtype(tensors: Sequence[torch.Tensor]) -> np.dtype:
+    """The wire dtype of an empty contribution (what the outputs hold)."""
+    dtype = tensors[0].dtype if tensors else torch.int64
+    return np.dtype("float32") if dtype == torch.bfloat16 else \
+        torch.empty(0, dtype=dtype, device="cpu").numpy().dtype
+
+
 def _nbytes(tensors: Sequence[torch.Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
@@ -116,6 +144,8 @@ class PhantomWork(Work):
 
     def __init__(self, runtime: RankRuntime, event: int, outputs: list[torch.Tensor], *,
                  host_sync: bool = False) -> None:
+        """``host_sync``: ``wait()`` blocks the host until the collective is done (barrier, and
+        real CPU outputs taking values, as with gloo)."""
         super().__init__()
         self._runtime = runtime
         self.event = event
@@ -179,10 +209,14 @@ class PhantomProcessGroup(dist.ProcessGroup):
 
     # -- the one place a collective is issued ------------------------------------------------
     def issue(self, op: str, nbytes: int, dtype_bytes: int, outputs: list[torch.Tensor], *,
-              root: int = 0, splits: tuple[int, ...] | None = None,
-              peer: int | None = None, host_sync: bool = False) -> PhantomWork:
+              inputs: Sequence[torch.Tensor] = (), root: int = 0,
+              splits: tuple[int, ...] | None = None, peer: int | None = None,
+              host_sync: bool = False, reduce_op: str = "sum",
+              element_splits: tuple[int, ...] | None = None) -> PhantomWork:
         """Issue ``op`` on this group from the caller's current stream; ``peer`` is the group
-        rank at the other end of a send or recv."""
+        rank at the other end of a send or recv. ``inputs`` are the tensors whose values the
+        collective moves into ``outputs`` (``element_splits``: elements of the inputs to each
+        group rank, where uneven)."""
         runtime = _runtime()
         with runtime.excluded():
             if peer is None:
@@ -190,33 +224,41 @@ class PhantomProcessGroup(dist.ProcessGroup):
             else:
                 me, other = self.global_ranks[self._group_rank], self.global_ranks[peer]
                 ranks = (me, other) if op == SEND else (other, me)
+            values = _values_of(runtime, inputs, outputs, reduce_op, element_splits)
+            if values is not None and values.want and any(is_real(t) for t in outputs):
+                host_sync = True
             event = runtime.collective(group=self._group_name, ranks=ranks, op=op,
                                        nbytes=nbytes, dtype_bytes=dtype_bytes,
-                                       stream=_current_stream_id(), root=root, splits=splits)
+                                       stream=_current_stream_id(), root=root, splits=splits,
+                                       values=values)
             return PhantomWork(runtime, event, outputs, host_sync=host_sync)
 
-    def _all_to_all(self, send_bytes: Sequence[int], dtype_bytes: int,
-                    outputs: list[torch.Tensor]) -> PhantomWork:
-        """All-to-all with ``send_bytes[j]`` to group rank ``j``: uneven rows are an all_to_allv."""
+    def _all_to_all(self, send_elements: Sequence[int], element_bytes: int,
+                    inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> PhantomWork:
+        """All-to-all with ``send_elements[j]`` to group rank ``j``: uneven rows are an
+        all_to_allv."""
+        send_bytes = [n * element_bytes for n in send_elements]
         if len(set(send_bytes)) <= 1:
-            return self.issue(ALL_TO_ALL, sum(send_bytes), dtype_bytes, outputs)
-        return self.issue(ALL_TO_ALLV, sum(send_bytes), dtype_bytes, outputs,
-                          splits=tuple(send_bytes))
+            return self.issue(ALL_TO_ALL, sum(send_bytes), element_bytes, outputs,
+                              inputs=inputs)
+        return self.issue(ALL_TO_ALLV, sum(send_bytes), element_bytes, outputs, inputs=inputs,
+                          splits=tuple(send_bytes), element_splits=tuple(send_elements))
 
     # -- collectives ---------------------------------------------------------------------------
     def allreduce(self, tensors: list[torch.Tensor], opts: object = None) -> PhantomWork:
-        return self.issue(ALL_REDUCE, _nbytes(tensors), tensors[0].element_size(), tensors)
+        return self.issue(ALL_REDUCE, _nbytes(tensors), tensors[0].element_size(), tensors,
+                          inputs=tensors, reduce_op=_reduce_op(opts))
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: object = None) -> PhantomWork:
         return self.allreduce(tensors, opts)
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> PhantomWork:
         return self.issue(BROADCAST, _nbytes(tensors), tensors[0].element_size(), tensors,
-                          root=opts.rootRank)
+                          inputs=tensors, root=opts.rootRank)
 
     def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> PhantomWork:
         return self.issue(REDUCE, _nbytes(tensors), tensors[0].element_size(), tensors,
-                          root=opts.rootRank)
+                          inputs=tensors, root=opts.rootRank, reduce_op=_reduce_op(opts))
 
     def allgather(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor],
                   opts: object = None) -> PhantomWork:
@@ -233,7 +275,8 @@ class PhantomProcessGroup(dist.ProcessGroup):
     def all_gather_single_coalesced(self, outputs: list[torch.Tensor],
                                     inputs: list[torch.Tensor], opts: object = None) -> PhantomWork:
         # nccl-tests counts an all-gather by its gathered output
-        return self.issue(ALL_GATHER, _nbytes(outputs), outputs[0].element_size(), outputs)
+        return self.issue(ALL_GATHER, _nbytes(outputs), outputs[0].element_size(), outputs,
+                          inputs=inputs)
 
     def reduce_scatter(self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]],
                        opts: object = None) -> PhantomWork:
@@ -247,47 +290,79 @@ class PhantomProcessGroup(dist.ProcessGroup):
                                         inputs: list[torch.Tensor],
                                         opts: object = None) -> PhantomWork:
         # nccl-tests counts a reduce-scatter by its full input
-        return self.issue(REDUCE_SCATTER, _nbytes(inputs), inputs[0].element_size(), outputs)
+        return self.issue(REDUCE_SCATTER, _nbytes(inputs), inputs[0].element_size(), outputs,
+                          inputs=inputs, reduce_op=_reduce_op(opts))
 
     def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor,
                           output_splits: list[int], input_splits: list[int],
                           opts: object = None) -> PhantomWork:
         if not input_splits:
-            return self.issue(ALL_TO_ALL, _nbytes([input]), input.element_size(), [output])
-        row_bytes = _nbytes([input]) // max(input.shape[0], 1)
-        return self._all_to_all([s * row_bytes for s in input_splits], input.element_size(),
+            return self.issue(ALL_TO_ALL, _nbytes([input]), input.element_size(), [output],
+                              inputs=[input])
+        row = input.numel() // max(input.shape[0], 1)
+        return self._all_to_all([s * row for s in input_splits], input.element_size(), [input],
                                 [output])
 
     def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
                  opts: object = None) -> PhantomWork:
-        return self._all_to_all([_nbytes([t]) for t in inputs], inputs[0].element_size(), outputs)
+        return self._all_to_all([t.numel() for t in inputs], inputs[0].element_size(), inputs,
+                                outputs)
 
     def gather(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor],
                opts: Any = None) -> PhantomWork:
         # NCCL gathers by grouped send/recv to the root: an all_to_allv with one column.
-        row = [0] * self._group_size
-        row[opts.rootRank] = _nbytes(inputs)
-        return self.issue(ALL_TO_ALLV, sum(row), inputs[0].element_size(),
-                          _flat(output_lists), splits=tuple(row))
+        elements = [0] * self._group_size
+        elements[opts.rootRank] = sum(t.numel() for t in inputs)
+        size = inputs[0].element_size()
+        return self.issue(ALL_TO_ALLV, sum(elements) * size, size, _flat(output_lists),
+                          inputs=inputs, splits=tuple(n * size for n in elements),
+                          element_splits=tuple(elements))
 
     def scatter(self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]],
                 opts: Any = None) -> PhantomWork:
         # NCCL scatters by grouped send/recv from the root: an all_to_allv with one row.
-        row = [_nbytes([t]) for t in _flat(input_lists)] or [0] * self._group_size
-        return self.issue(ALL_TO_ALLV, sum(row), outputs[0].element_size(), outputs,
-                          splits=tuple(row))
+        inputs = _flat(input_lists)
+        elements = [t.numel() for t in inputs] or [0] * self._group_size
+        size = outputs[0].element_size()
+        return self.issue(ALL_TO_ALLV, sum(elements) * size, size, outputs, inputs=inputs,
+                          splits=tuple(n * size for n in elements),
+                          element_splits=tuple(elements))
 
     def barrier(self, opts: object = None) -> PhantomWork:
         return self.issue(ALL_REDUCE, BARRIER_NBYTES, BARRIER_NBYTES, [], host_sync=True)
 
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> PhantomWork:
-        return self.issue(SEND, _nbytes(tensors), tensors[0].element_size(), [], peer=dst)
+        return self.issue(SEND, _nbytes(tensors), tensors[0].element_size(), [],
+                          inputs=tensors, peer=dst)
 
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> PhantomWork:
         return self.issue(RECV, _nbytes(tensors), tensors[0].element_size(), tensors, peer=src)
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> PhantomWork:
         raise NotImplementedError("recv from any source: NCCL does not support it either")
+
+
+def _values_of(runtime: RankRuntime, inputs: Sequence[torch.Tensor],
+               outputs: Sequence[torch.Tensor], reduce_op: str,
+               element_splits: tuple[int, ...] | None) -> ValuePayload | None:
+    """The values a collective moves, if any input has or output takes them; queues the
+    outputs' fill."""
+    mode = fake_mode.active()
+    if mode is None:
+        return None
+    store = mode.values
+    known = any(store.hinted(t) for t in inputs)
+    if not known and not any(t.numel() and valuable(t) for t in outputs):
+        return None
+    value_id = runtime.new_event()
+    if inputs:
+        data, pending = store.payload(value_id, inputs)
+    else:
+        data, pending = np.empty(0, dtype=_numpy_dtype(outputs)), False
+    want = store.expect(value_id, outputs)
+    if not want and data is None and not pending:
+        return None
+    return ValuePayload(value_id, data, want, reduce_op, element_splits, pending=pending)
 
 
 def _create(options: Any, backend_options: object) -> PhantomProcessGroup:
@@ -337,14 +412,15 @@ def handle_functional_collective(func: torch._ops.OpOverload, args: tuple, kwarg
         work = pg.allreduce(_as_list(bound.get("input", bound.get("inputs"))))
     elif name in ("all_gather_into_tensor", "all_gather_into_tensor_out",
                   "all_gather_into_tensor_coalesced"):
-        work = pg.all_gather_single_coalesced(outputs, [])
+        work = pg.all_gather_single_coalesced(
+            outputs, _as_list(bound.get("input", bound.get("inputs"))))
     elif name in ("reduce_scatter_tensor", "reduce_scatter_tensor_out",
                   "reduce_scatter_tensor_coalesced"):
         work = pg.reduce_scatter_single_coalesced(
             outputs, _as_list(bound.get("input", bound.get("inputs"))))
     elif name in ("broadcast", "broadcast_"):
         work = pg.issue(BROADCAST, _nbytes(outputs), outputs[0].element_size(), outputs,
-                        root=bound["src"])
+                        inputs=_as_list(bound.get("input")), root=bound["src"])
     elif name == "all_to_all_single":
         work = pg.all_to_all_single(outputs[0], bound["input"], bound["output_split_sizes"],
                                     [int(s) for s in bound["input_split_sizes"]])

@@ -3,6 +3,9 @@
 Transport: one ``multiprocessing.connection.Connection`` per rank (a socketpair made by the
 launcher before it forks the rank), carrying pickled :class:`Batch` objects rank -> coordinator
 and :class:`Reply` objects coordinator -> rank. Pickle is fine: both ends are our own processes.
+Real values of collectives travel beside them and outside virtual time: :class:`ValueDelivery`
+coordinator -> rank (read by the rank's receiver thread whenever they come) and
+:class:`ValueUpdate` rank -> coordinator.
 
 Time: every time is the rank's **virtual** clock in integer ns (see ``intercept.clock``).
 Within one rank, ``at_ns`` never decreases from one op to the next, and a rank promises that
@@ -22,6 +25,8 @@ is the process group's name and ``seq`` counts that group's collectives on each 
 
 from dataclasses import dataclass, field
 from typing import Literal
+
+import numpy as np
 
 from intercept.host_cost import HostTimeSplit
 
@@ -61,6 +66,29 @@ class StreamWait:
 
 
 @dataclass(frozen=True, slots=True)
+class ValuePayload:
+    """The real values a collective carries (``intercept.values``): this rank's inputs, and
+    whether its outputs take values.
+
+    The coordinator computes every member's outputs once all have issued the collective and
+    their inputs are final, and sends them in a :class:`ValueDelivery`, keyed by ``value_id``.
+    """
+
+    value_id: int
+    """The rank's id for this collective's values."""
+    data: np.ndarray | None
+    """This rank's input values, flat and concatenated (``None``: unknown, or no inputs)."""
+    want: bool
+    """The rank's outputs take values."""
+    reduce_op: str = "sum"
+    """``sum | avg | product | min | max | band | bor | bxor``, for reducing collectives."""
+    splits: tuple[int, ...] | None = None
+    """Elements of ``data`` to each group rank (all_to_allv, gather, scatter)."""
+    pending: bool = False
+    """The inputs await an earlier collective's values: a :class:`ValueUpdate` follows."""
+
+
+@dataclass(frozen=True, slots=True)
 class Collective:
     """A collective or point-to-point op issued on ``stream`` (PyTorch's NCCL stream for the group).
 
@@ -80,6 +108,8 @@ class Collective:
     dtype_bytes: int
     root: int = 0
     splits: tuple[int, ...] | None = None
+    values: ValuePayload | None = None
+    """Present when the collective moves valued tensors."""
 
 
 Op = Kernel | EventRecord | StreamWait | Collective
@@ -152,3 +182,20 @@ class Reply:
 
     time_ns: int
     value: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ValueDelivery:
+    """Coordinator -> rank, whenever ready (not tied to virtual time): output values of the
+    rank's valued collectives, ``(value_id, flat values or None if unknown)``."""
+
+    values: tuple[tuple[int, np.ndarray | None], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ValueUpdate:
+    """Rank -> coordinator: the final input values of a collective whose payload was
+    ``pending`` (not tied to virtual time: it carries no promise)."""
+
+    value_id: int
+    data: np.ndarray | None

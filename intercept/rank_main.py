@@ -36,6 +36,7 @@ from intercept.host_cost import table_for
 from intercept.host_speed import host_speed_for
 from intercept.residual import ResidualSmoother
 from intercept.runtime import KernelCostModel, RankRuntime
+from intercept.value_policy import ValuePolicy
 from phantora.cluster.catalogue import GpuSpec
 from phantora.compute.model import KernelCost
 from phantora.compute.spec import KernelSpec
@@ -69,6 +70,8 @@ class LaunchSpec:
     host_cpu: str | None = None
     """Reference host whose CPU speed the script's CPU time is scaled to
     (``intercept.host_speed``); ``None`` or ``"native"`` counts it as measured here."""
+    values: ValuePolicy = ValuePolicy()
+    """The value model: routing, seed, what unknown data-dependent shapes do."""
 
     def log_path(self, rank: int) -> Path:
         return self.out_dir / "ranks" / f"rank{rank}.log"
@@ -187,7 +190,8 @@ def _enter_and_run(spec: LaunchSpec, script: str) -> None:
     if spec.fake_device:
         from intercept import device, process_group
         device.enter_fake_mode(
-            on_functional_collective=process_group.handle_functional_collective)
+            on_functional_collective=process_group.handle_functional_collective,
+            policy=spec.values, rank=int(os.environ["RANK"]))
         runtime = RankRuntime.current()
         if runtime is not None:
             from torch.optim.optimizer import register_optimizer_step_post_hook

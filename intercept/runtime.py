@@ -19,15 +19,18 @@ keeps sends and receives from blocking each other or the group's collectives.
 
 import itertools
 import threading
-from dataclasses import replace
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from typing import ClassVar
 
-from intercept.client import CoordinatorClient
+import numpy as np
+
+from intercept.client import CoordinatorClient, ValueSink
 from intercept.clock import VirtualClock
 from intercept.host_cost import HostCostTable, load_table
-from intercept.protocol import Collective, EventRecord, Exit, Kernel, RankStats, StreamWait
+from intercept.protocol import (Collective, EventRecord, Exit, Kernel, RankStats, StreamWait,
+                                ValuePayload)
 from intercept.residual import ResidualSmoother
 from phantora.cluster.catalogue import GpuSpec
 from phantora.compute.model import KernelCost
@@ -67,6 +70,14 @@ class RankRuntime:
         self._comm_streams: dict[_CommKey, int] = {}
         """Group (collectives) or (group, src, dst) (p2p) -> its stream id."""
         self._seqs: dict[_CommKey, int] = {}
+
+    def set_value_sink(self, sink: ValueSink) -> None:
+        """Where the values of this rank's collectives go (the fake mode's value store)."""
+        self._client.set_value_sink(sink)
+
+    def send_values(self, value_id: int, data: np.ndarray | None) -> None:
+        """Final input values of a collective whose payload was sent as pending."""
+        self._client.send_values(value_id, data)
 
     @staticmethod
     def current() -> "RankRuntime | None":
@@ -133,7 +144,8 @@ class RankRuntime:
 
     def collective(self, *, group: str, ranks: tuple[int, ...], op: str, nbytes: int,
                    dtype_bytes: int, stream: int, root: int = 0,
-                   splits: tuple[int, ...] | None = None) -> int:
+                   splits: tuple[int, ...] | None = None,
+                   values: ValuePayload | None = None) -> int:
         """Issue a collective on the group's stream (which first waits for `stream`, the
         caller's current stream); returns an event id that completes with it.
 
@@ -155,7 +167,7 @@ class RankRuntime:
             add(EventRecord, event=ready, stream=stream)
             add(StreamWait, stream=comm_stream, event=ready)
             add(Collective, stream=comm_stream, group=group, ranks=ranks, seq=seq, op=op,
-                nbytes=nbytes, dtype_bytes=dtype_bytes, root=root, splits=splits)
+                nbytes=nbytes, dtype_bytes=dtype_bytes, root=root, splits=splits, values=values)
             add(EventRecord, event=done, stream=comm_stream)
             # Out at once: the other ranks' matching of this collective must not wait on us.
             self._client.flush()

@@ -91,7 +91,8 @@ def _script(workload: ScriptWorkload, scenario: Scenario, summary: Summary, topo
     result, coverage = run_script(
         workload, scenario.simulation, topology, gpu, nccl_config(scenario.nccl), backend,
         out_dir, echo=lambda line: console.print(f"[dim]\\[rank0][/dim] {escape(line)}",
-                                                 highlight=False, soft_wrap=True))
+                                                 highlight=False, soft_wrap=True),
+        seed=scenario.seed)
     summary.ranks = result.ranks
     summary.collectives = collective_rows(result.collectives)
     summary.compute_coverage = coverage.to_dict()

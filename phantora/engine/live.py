@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from multiprocessing.connection import Connection, wait
 
+import numpy as np
+
 from intercept.host_cost import HostTimeSplit
 from intercept.protocol import (
     Batch,
@@ -41,6 +43,8 @@ from intercept.protocol import (
     Reply,
     StreamWait,
     Sync,
+    ValueDelivery,
+    ValueUpdate,
 )
 from phantora.cluster.topology import Topology
 from phantora.collectives import (
@@ -249,7 +253,7 @@ class LiveEngine:
         self._backend = backend
         self._coverage = coverage
         self._gpus = list(gpus_of_rank)
-        self._matcher = Matcher(self._start_collective)
+        self._matcher = Matcher(self._start_collective, self._values_ready)
         self._scheduler = FlowScheduler(backend, record_flows=record_flows)
         self._ranks = [_Rank(rank, self._gpus[rank], connections[rank],
                              RankDevice(rank, self._matcher.issue, overlap, kernel_gap_ns))
@@ -293,9 +297,12 @@ class LiveEngine:
                     raise RankCrashed(rank.rank, "the rank's process ended without an exit "
                                                  "message (killed, or crashed in native code)"
                                       ) from None
+                if isinstance(message, ValueUpdate):
+                    self._matcher.update_values(rank.rank, message.value_id, message.data)
+                    continue
                 if not isinstance(message, Batch):
                     raise SimulationError(f"rank {rank.rank} sent {type(message).__name__}; "
-                                          "expected a Batch")
+                                          "expected a Batch or ValueUpdate")
                 self._ingest(rank, message)
 
     def _ingest(self, rank: _Rank, batch: Batch) -> None:
@@ -347,9 +354,16 @@ class LiveEngine:
             counts["collective_ops"] += 1
             rank.collectives += 1
 
-    def _reply(self, rank: _Rank, reply: Reply) -> None:
+    def _values_ready(self, rank: int, value_id: int, values: "np.ndarray | None") -> None:
+        """A collective's output values for ``rank``: sent at once (outside virtual time)."""
+        self._counts["value_deliveries"] += 1
+        self._send(self._ranks[rank], ValueDelivery(((value_id, values),)))
+
+    def _send(self, rank: _Rank, message: Reply | ValueDelivery) -> None:
+        if rank.state is _State.FINISHED:
+            return  # a rank that exited reads nothing more
         try:
-            rank.conn.send(reply)
+            rank.conn.send(message)
         except OSError:
             raise RankCrashed(rank.rank, "the rank's process went away while it waited for a "
                                          "reply") from None
@@ -364,7 +378,7 @@ class LiveEngine:
             self._counts["queries"] += 1
             event = device.event(sync.target)
             if event is None or event.time_ns is not None:
-                self._reply(rank, Reply(sync.at_ns, int(event is None
+                self._send(rank, Reply(sync.at_ns, int(event is None
                                                         or (event.time_ns or 0) <= sync.at_ns)))
                 return
             rank.state, rank.sync = _State.QUERYING, sync
@@ -401,7 +415,7 @@ class LiveEngine:
             rank.blocked_ns += time_ns - sync.at_ns
             self._blocked.append(BlockedSpan(rank.rank, sync.kind, sync.target, sync.at_ns,
                                              time_ns))
-        self._reply(rank, Reply(time_ns))
+        self._send(rank, Reply(time_ns))
 
     def _query_known(self, rank: _Rank, token: int, time_ns: int) -> None:
         if rank.token == token and rank.state is _State.QUERYING:
@@ -411,7 +425,7 @@ class LiveEngine:
     def _answer_query(self, rank: _Rank, completed: bool) -> None:
         assert rank.sync is not None
         rank.state = _State.RUNNING
-        self._reply(rank, Reply(rank.sync.at_ns, int(completed)))
+        self._send(rank, Reply(rank.sync.at_ns, int(completed)))
 
     def _answer_due_queries(self) -> bool:
         """Queries whose time the simulation has reached without the event completing read 0

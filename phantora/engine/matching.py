@@ -5,7 +5,10 @@ the group's collectives on each rank); a ``send``/``recv`` pair is matched by
 ``(group, src, dst, seq)``. The members must agree on what they run (op, group ranks, size,
 dtype, root): NCCL would hang or corrupt data otherwise, so a disagreement is reported at
 once, naming the ranks, op, group and seq. When every member's stream has reached the
-collective, the engine plans and starts it.
+collective, the engine plans and starts it. Once every member has issued a collective that
+moves real values and every member's inputs are final (a member whose inputs awaited an earlier
+collective sends them later: :meth:`Matcher.update_values`), each member's output values are
+computed (``collective_values``) and handed to ``on_values``.
 
 Ops beyond NCCL's own set map onto the collective model as ProcessGroupNCCL runs them:
 ``barrier`` is an all-reduce of the buffer it names (ProcessGroupNCCL all-reduces a one-element
@@ -13,11 +16,15 @@ tensor); ``gather`` and ``scatter`` are grouped send/recv to/from the root (as a
 with one non-zero row or column; ``nbytes`` is the gathered/scattered total).
 """
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from intercept.protocol import Collective
 from phantora.collectives import CollectiveOp, CollectiveRequest
+from phantora.engine import collective_values
 from phantora.engine.streams import Completion
 from phantora.errors import DeadlockError, SimulationError
 from phantora.network.base import GpuId
@@ -29,6 +36,8 @@ _ALIASES: dict[str, CollectiveOp] = {"barrier": CollectiveOp.ALL_REDUCE,
 _MODEL_OPS = {op.value: op for op in CollectiveOp if op is not CollectiveOp.SEND_RECV}
 KNOWN_OPS = (*sorted(_MODEL_OPS), *sorted(_ALIASES), *P2P_OPS)
 
+ValuesHandler = Callable[[int, int, "np.ndarray | None"], None]
+"""``on_values(rank, value_id, flat values or None)``."""
 CollectiveKey = tuple[str, str, int, int, int]
 """``("coll", group, 0, 0, seq)`` or ``("p2p", group, src, dst, seq)``: also the order in which
 collectives that start at the same instant enter the network (any fixed order would do)."""
@@ -137,6 +146,23 @@ class PendingCollective:
         except ValueError as error:
             raise SimulationError(f"{self.describe()}: {error}") from None
 
+    def output_values(self) -> list[tuple[int, int, "np.ndarray | None"]]:
+        """``(rank, value_id, values)`` of every member whose outputs take values (all members
+        have issued the collective)."""
+        if self.p2p:
+            members = [self.members[(rank, role)] for rank, role in self.expected]
+            op = "send_recv"
+        else:
+            members = [self.members[(rank, "")] for rank in self.first.ranks]
+            op = self.first.op
+        payloads = [m.op.values for m in members]
+        if all(p is None for p in payloads) or any(p is not None and p.pending
+                                                   for p in payloads):
+            return []
+        found = collective_values.outputs(op, payloads, self.first.root)
+        return [(members[i].rank, payload.value_id, values) for i, values in found.items()
+                if (payload := payloads[i]) is not None]
+
     def _rooted_splits(self) -> list[list[int]]:
         """gather: every group rank sends its share to the root; scatter: the reverse."""
         n = len(self.first.ranks)
@@ -150,9 +176,13 @@ class PendingCollective:
 class Matcher:
     """Pairs up the members of every collective and checks that they agree."""
 
-    def __init__(self, on_all_ready: Callable[[PendingCollective], None]) -> None:
+    def __init__(self, on_all_ready: Callable[[PendingCollective], None],
+                 on_values: ValuesHandler | None = None) -> None:
         self._on_all_ready = on_all_ready
+        self._on_values = on_values
         self._pending: dict[CollectiveKey, PendingCollective] = {}
+        self._awaiting_values: dict[tuple[int, int], tuple[PendingCollective, Member]] = {}
+        """(rank, value_id) of a member whose inputs are still to come -> its collective."""
 
     def issue(self, rank: int, op: Collective) -> Member:
         """Register ``rank``'s share of ``op``; raises on a malformed or mismatched op."""
@@ -167,7 +197,30 @@ class Matcher:
             _check_agreement(pending, rank, op)
         member = Member(rank, op, pending)
         pending.members[(rank, role)] = member
+        if op.values is not None and op.values.pending:
+            self._awaiting_values[(rank, op.values.value_id)] = (pending, member)
+        if len(pending.members) == len(pending.expected):
+            self._hand_values(pending)
         return member
+
+    def update_values(self, rank: int, value_id: int, data: "np.ndarray | None") -> None:
+        """The final inputs of ``rank``'s collective whose values were pending."""
+        found = self._awaiting_values.pop((rank, value_id), None)
+        if found is None:
+            raise SimulationError(f"rank {rank} sent values for collective value id {value_id}, "
+                                  "which awaits none")
+        collective, member = found
+        values = member.op.values
+        assert values is not None
+        member.op = dataclasses.replace(member.op, values=dataclasses.replace(
+            values, data=data, pending=False))
+        if len(collective.members) == len(collective.expected):
+            self._hand_values(collective)
+
+    def _hand_values(self, collective: PendingCollective) -> None:
+        if self._on_values is not None:
+            for found in collective.output_values():
+                self._on_values(*found)
 
     def finish(self, collective: PendingCollective) -> None:
         del self._pending[collective.key]

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from intercept.launcher import Launcher
+from intercept.value_policy import Routing, ValuePolicy
 from phantora.cluster.catalogue import GpuSpec
 from phantora.cluster.topology import Topology
 from phantora.collectives import NcclConfig, SystemInfo
@@ -34,8 +35,9 @@ def gpus_of_ranks(workload: ScriptWorkload, gpus_per_host: int) -> list[int]:
 
 def run_script(workload: ScriptWorkload, simulation: SimulationConfig, topology: Topology,
                gpu: GpuSpec, nccl: NcclConfig, backend: NetworkBackend, out_dir: Path,
-               echo: Callable[[str], None]) -> tuple[LiveResult, Coverage]:
-    """Run the script on every rank to completion; raises DeadlockError / RankCrashed."""
+               echo: Callable[[str], None], seed: int = 0) -> tuple[LiveResult, Coverage]:
+    """Run the script on every rank to completion (``seed``: the value model's); raises
+    DeadlockError / RankCrashed."""
     coverage = Coverage(gpu)
     launcher = Launcher(workload.script, workload.args, workload.env, workload.world_size,
                         workload.nproc_per_node, gpu, out_dir,
@@ -43,7 +45,9 @@ def run_script(workload: ScriptWorkload, simulation: SimulationConfig, topology:
                         epoch_ns=REPRODUCIBLE_EPOCH_NS if simulation.reproducible else None,
                         op_cost_ns=simulation.cpu_time_per_op_ns if simulation.reproducible
                         else None,
-                        host_cpu=None if simulation.reproducible else simulation.host_cpu)
+                        host_cpu=None if simulation.reproducible else simulation.host_cpu,
+                        values=ValuePolicy(Routing.parse(simulation.routing), seed,
+                                           simulation.unknown_shapes))
     stop_echo = threading.Event()
     with pinned(simulation.cpus), launcher:
         tail = launcher.tail(0)

@@ -153,6 +153,11 @@ class SimulationConfig(_Resolved):
     time is scaled to, or ``"native"``; only used when not ``reproducible``."""
     overlap_slowdown: bool
     """Whether collectives in flight slow the kernels running beside them."""
+    routing: str
+    """The value model's routing (``intercept.value_policy.Routing.parse``; a trace's path
+    made absolute)."""
+    unknown_shapes: str
+    """``error | half``: what a data-dependent shape of unknown values does."""
     cpus: int
     """How many of this machine's CPUs the coordinator and the ranks run on."""
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from intercept import host_speed
+from intercept.value_policy import Routing
 from phantora.cluster.catalogue import GpuSpec, lookup_gpu
 from phantora.cluster.topology import uplinks_for
 from phantora.cpu_affinity import default_cpus
@@ -71,6 +72,7 @@ def resolve_scenario(spec: ScenarioSpec, source: str) -> Scenario:
     cluster = _cluster(spec.cluster, gpu, problems)
     nccl = _nccl(spec.nccl, gpu, problems)
     workload = _workload(spec, gpu, source, problems)
+    routing = _routing(spec.simulation.routing, source, problems)
     if problems or cluster is None or workload is None:
         raise scenario_error(source, problems)
     return Scenario(name=_given(spec.name, Path(source).stem), seed=spec.seed, source=source,
@@ -81,6 +83,8 @@ def resolve_scenario(spec: ScenarioSpec, source: str) -> Scenario:
                         host_cpu=_given(spec.simulation.host_cpu,
                                         host_speed.references().for_gpu(gpu.name).name),
                         overlap_slowdown=spec.simulation.overlap_slowdown,
+                        routing=routing,
+                        unknown_shapes=spec.simulation.unknown_shapes,
                         cpus=_given(spec.simulation.cpus, default_cpus(
                             workload.world_size if isinstance(workload, ScriptWorkload)
                             else 1))))
@@ -298,6 +302,23 @@ def _nccl(spec: NcclSpec, gpu: GpuSpec, problems: list[Problem]) -> NcclOverride
                                       "(third-generation NVSwitch); set nvls: false"))
     return NcclOverrides(algorithm=spec.algorithm, protocol=spec.protocol, channels=spec.channels,
                       nvls=spec.nvls)
+
+
+# -- simulation -------------------------------------------------------------------------------
+
+def _routing(text: str, source: str, problems: list[Problem]) -> str:
+    """The routing with a trace's path made absolute; its file must hold a valid trace."""
+    mode, _, arg = text.partition(":")
+    if mode != "trace":
+        return text
+    path = Path(source).resolve().parent / arg
+    try:
+        Routing.parse(f"trace:{path}")
+    except ValueError as error:
+        problems.append(("simulation.routing", f"{error} (paths are relative to the scenario "
+                                               "file's folder; record one with "
+                                               "scripts/record_routing.py)"))
+    return f"trace:{path}"
 
 
 # -- workload ---------------------------------------------------------------------------------

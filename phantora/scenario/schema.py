@@ -9,7 +9,7 @@ error), so a quoting slip never turns into a silently different value.
 """
 
 from collections.abc import Callable
-from typing import Annotated
+from typing import Annotated, Literal
 
 from annotated_types import MinLen
 from pydantic import (
@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from intercept.host_speed import host_cpu_choices
+from intercept.value_policy import Routing
 from phantora.cluster.catalogue import CATALOGUE
 from phantora.cpu_affinity import usable_cpus
 from phantora.scenario.messages import expected_one_of
@@ -127,6 +128,16 @@ def _host_cpu(name: str) -> str:
     if name not in host_cpu_choices():
         raise ValueError(expected_one_of(name, host_cpu_choices()))
     return name
+
+
+def _routing(text: str) -> str:
+    """``uniform | balanced | zipf:<s> | trace:<file>`` (the trace file is checked once the
+    scenario's folder is known)."""
+    mode, _, arg = text.partition(":")
+    if mode == "trace" and arg:
+        return text
+    Routing.parse(text)
+    return text
 
 
 def _implemented_transport(value: object) -> object:
@@ -323,6 +334,16 @@ class SimulationSpec(_Section):
     """Slow kernels that run while a collective is in flight on the same GPU (NCCL's channels
     take SMs and memory bandwidth) by the factors measured on 2xH200
     (phantora/engine/overlap.py); false: kernels run as if alone."""
+    routing: Annotated[str, AfterValidator(_routing)] = "uniform"
+    """Which experts a router's top-k picks from fake logits (intercept/value_policy.py):
+    uniform (every k-subset equally likely), balanced (round-robin: every expert equally
+    often), zipf:<s> (expert popularity ~ 1/rank^s, shuffled per layer), or trace:<file>
+    (expert counts per router call recorded from a real run by scripts/record_routing.py;
+    path relative to the scenario file)."""
+    unknown_shapes: Literal["error", "half"] = "error"
+    """An op whose output shape depends on values the simulator does not know (nonzero of a
+    fake float): error (stop, naming the op and script line) or half (keep half of the
+    elements)."""
     cpus: Annotated[int, Field(ge=1), AfterValidator(_usable_cpu_count)] | None = None
     """How many of this machine's CPUs a live script's simulation (coordinator and ranks) runs
     on; default 1 for a single rank on a machine with at most 2 CPUs (whose CPUs slow each
@@ -343,5 +364,5 @@ class ScenarioSpec(_Section):
     workload: WorkloadSpec
     """What to run: workload.collectives (a sweep) or workload.script (a training script)."""
     simulation: SimulationSpec = SimulationSpec()
-    """Timing of live scripts: reproducible, cpu_time_per_op, host_cpu, overlap_slowdown,
-    cpus."""
+    """Timing and values of live scripts: reproducible, cpu_time_per_op, host_cpu,
+    overlap_slowdown, routing, unknown_shapes, cpus."""

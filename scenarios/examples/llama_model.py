@@ -10,6 +10,7 @@ vocabulary that copy is a large part of peak memory, so it is kept to stay compa
 """
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -116,33 +117,40 @@ class FeedForward(nn.Module):
 
 
 class LlamaBlock(nn.Module):
-    def __init__(self, config: LlamaConfig) -> None:
+    """Pre-norm attention then pre-norm feed-forward, each added to the residual stream;
+    ``feed_forward`` replaces the SwiGLU MLP (a mixture of experts: ``moe_model.py``)."""
+
+    def __init__(self, config: LlamaConfig, feed_forward: nn.Module | None = None) -> None:
         super().__init__()
         self.attention_norm = nn.RMSNorm(config.n_embd, eps=config.norm_eps)
         self.attention = Attention(config)
         self.ffn_norm = nn.RMSNorm(config.n_embd, eps=config.norm_eps)
-        self.feed_forward = FeedForward(config)
+        self.feed_forward = feed_forward if feed_forward is not None else FeedForward(config)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         x = x + self.attention(self.attention_norm(x), cos, sin)
         return x + self.feed_forward(self.ffn_norm(x))
 
 
+BlockFactory = Callable[[LlamaConfig], nn.Module]
+"""Builds one block from the config: ``LlamaBlock`` unless a model says otherwise."""
+
+
 class LlamaTransformer(nn.Module):
     """Token table, blocks and final norm under GPT's names (see the module docstring)."""
 
-    def __init__(self, config: LlamaConfig) -> None:
+    def __init__(self, config: LlamaConfig, make_block: BlockFactory = LlamaBlock) -> None:
         super().__init__()
         self.wte = nn.Embedding(config.vocab_size, config.n_embd)
-        self.h = nn.ModuleList(LlamaBlock(config) for _ in range(config.n_layer))
+        self.h = nn.ModuleList(make_block(config) for _ in range(config.n_layer))
         self.ln_f = nn.RMSNorm(config.n_embd, eps=config.norm_eps)
 
 
 class Llama(nn.Module):
-    def __init__(self, config: LlamaConfig) -> None:
+    def __init__(self, config: LlamaConfig, make_block: BlockFactory = LlamaBlock) -> None:
         super().__init__()
         self.config = config
-        self.transformer = LlamaTransformer(config)
+        self.transformer = LlamaTransformer(config, make_block)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         if config.tie_embeddings:
             self.lm_head.weight = self.transformer.wte.weight

@@ -1,8 +1,10 @@
 """What the example training scripts share: flags, process setup, data, optimizer, the loop.
 
 Each script (``gpt_single.py``, ``gpt_ddp.py``, ``gpt_fsdp2.py``, ``gpt_tp.py``,
-``gpt_fsdp_tp.py``) only sets up its parallelism and then calls :func:`train`; everything
-else lives here once. Plain PyTorch: the same code runs under ``torchrun`` on real GPUs
+``gpt_fsdp_tp.py``, ``moe_ep.py``) only sets up its parallelism and then calls :func:`train`;
+``llama_pp.py``, whose pipeline schedule runs forward and backward itself, has its own loop
+around the same pieces (:func:`print_step`, :func:`print_run_end`); everything else lives
+here once. Plain PyTorch: the same code runs under ``torchrun`` on real GPUs
 (NCCL, bf16) and on a CPU (gloo, fp32), and unmodified on phantora-ns3's simulated GPUs.
 """
 
@@ -11,7 +13,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 
@@ -30,12 +32,19 @@ GradSync = Callable[[bool], AbstractContextManager[object]]
 context the micro-batch's forward and backward run in (DDP: ``no_sync`` until the last)."""
 
 
-def build_parser(description: str) -> argparse.ArgumentParser:
-    """The flags every example script takes; a script adds its own before parsing."""
+def build_parser(description: str,
+                 presets: Mapping[str, ModelConfig] = PRESETS) -> argparse.ArgumentParser:
+    """The flags every example script takes; a script adds its own before parsing.
+
+    ``presets``: the models ``--model`` chooses from (the first is the default, except for
+    the GPT-2/Llama table, whose default is ``tiny``); :func:`model_config` reads them back
+    from the parsed arguments."""
     parser = argparse.ArgumentParser(description=description,
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.set_defaults(preset_table=presets)
     model = parser.add_argument_group("model")
-    model.add_argument("--model", choices=sorted(PRESETS), default="tiny",
+    model.add_argument("--model", choices=sorted(presets),
+                       default="tiny" if "tiny" in presets else next(iter(presets)),
                        help="size preset; the flags below override single fields")
     model.add_argument("--n-layer", type=int)
     model.add_argument("--n-head", type=int)
@@ -70,7 +79,8 @@ def model_config(args: argparse.Namespace) -> ModelConfig:
     """The preset named by ``--model`` with the single-field flags applied."""
     overrides = {"n_layer": args.n_layer, "n_head": args.n_head, "n_embd": args.n_embd,
                  "vocab_size": args.vocab_size}
-    return replace(PRESETS[args.model], **{k: v for k, v in overrides.items() if v is not None})
+    return replace(args.preset_table[args.model],
+                   **{k: v for k, v in overrides.items() if v is not None})
 
 
 def seq_len(args: argparse.Namespace) -> int:
@@ -121,6 +131,12 @@ def init_distributed() -> Launch:
         dist.init_process_group("gloo")
     return Launch(rank=dist.get_rank(), world_size=dist.get_world_size(),
                   local_rank=local_rank, device=device)
+
+
+def init_launch() -> Launch:
+    """:func:`init_distributed` when torchrun started this process, else :func:`init_single`:
+    for scripts that also run as one plain process."""
+    return init_distributed() if "RANK" in os.environ else init_single()
 
 
 def close_distributed() -> None:
@@ -264,19 +280,46 @@ def _always_sync(is_last: bool) -> AbstractContextManager[object]:
     return nullcontext()
 
 
+GradClip = Callable[[nn.Module, float], torch.Tensor]
+"""Clips a model's gradients to a total norm and returns the norm before clipping."""
+
+
+def _clip_local(model: nn.Module, max_norm: float) -> torch.Tensor:
+    return nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+
+
+@torch.no_grad()
+def clip_grad_norm_across(own: list[nn.Parameter], shared: list[nn.Parameter], max_norm: float,
+                          group: dist.ProcessGroup | None = None) -> torch.Tensor:
+    """``clip_grad_norm_`` over a model spread across ranks: ``own`` parameters live on this
+    rank only (pipeline stages, experts), ``shared`` ones are the same on every rank of
+    ``group`` (already all-reduced). Every rank gets the same total norm and scales alike,
+    which ``clip_grad_norm_`` of the local parameters would not do."""
+    own_grads = [p.grad for p in own if p.grad is not None]
+    shared_grads = [p.grad for p in shared if p.grad is not None]
+    own_sq = nn.utils.get_total_norm(own_grads).float().square()
+    if dist.is_initialized() and dist.get_world_size(group) > 1:
+        dist.all_reduce(own_sq, group=group)
+    total = (own_sq + nn.utils.get_total_norm(shared_grads).float().square()).sqrt()
+    nn.utils.clip_grads_with_norm_(own + shared, max_norm, total)
+    return total
+
+
 def train(model: nn.Module, optimizer: torch.optim.Optimizer,
           loader: DataLoader[tuple[torch.Tensor, torch.Tensor]], args: argparse.Namespace,
           launch: Launch, *, flops_per_token: int, dp_size: int = 1,
           dp_group: dist.ProcessGroup | None = None, autocast_dtype: torch.dtype | None = None,
           grad_sync: GradSync = _always_sync,
-          loss_context: Callable[[], AbstractContextManager[object]] = nullcontext) -> None:
+          loss_context: Callable[[], AbstractContextManager[object]] = nullcontext,
+          clip_grads: GradClip = _clip_local) -> None:
     """The training loop: ``args.steps`` steps of ``args.grad_accum`` micro-batches each.
 
     Rank 0 prints one line per step (loss averaged over data-parallel ranks, gradient norm,
     learning rate, step time, tokens/s, model TFLOP/s per GPU); every rank prints its peak
     GPU memory at the end. ``autocast_dtype``: run forward under ``torch.autocast`` (not with
     FSDP, whose MixedPrecisionPolicy casts instead). ``loss_context`` wraps forward and
-    backward (tensor parallelism's ``loss_parallel``).
+    backward (tensor parallelism's ``loss_parallel``). ``clip_grads`` clips the gradients
+    and returns their norm (expert parallelism: over every rank's experts).
     """
     device = launch.device
     autocast = (torch.autocast(device.type, dtype=autocast_dtype)
@@ -301,7 +344,7 @@ def train(model: nn.Module, optimizer: torch.optim.Optimizer,
                 loss = loss / args.grad_accum
                 loss.backward()
             loss_sum += _full(loss.detach())
-        norm = nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+        norm = clip_grads(model, args.grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         if dp_size > 1:
@@ -309,21 +352,48 @@ def train(model: nn.Module, optimizer: torch.optim.Optimizer,
         wall_ms, gpu_ms = timer.stop()
         step_ms.append(wall_ms)
         if launch.is_main:
-            gpu = f" (gpu {gpu_ms:.2f} ms)" if gpu_ms is not None else ""
-            tflops = flops_per_token * tokens_per_step / (wall_ms / 1e3) / launch.world_size / 1e12
-            print(f"step {step + 1}/{args.steps} | loss {loss_sum.item():.4f} | "
-                  f"norm {_full(norm).item():.4f} | lr {lr:.2e} | {wall_ms:.2f} ms{gpu} | "
-                  f"{tokens_per_step / (wall_ms / 1e3):,.0f} tok/s | "
-                  f"{tflops:.2f} TFLOP/s/GPU", flush=True)
+            print_step(step, args, StepReport(loss_sum.item(), _full(norm).item(), lr, wall_ms,
+                                              gpu_ms), tokens_per_step=tokens_per_step,
+                       flops_per_token=flops_per_token, world_size=launch.world_size)
+    print_run_end(launch, step_ms, tokens_per_step)
+
+
+@dataclass(frozen=True)
+class StepReport:
+    """What a step's log line says besides its number and throughput."""
+
+    loss: float
+    norm: float
+    lr: float
+    wall_ms: float
+    gpu_ms: float | None
+
+
+def print_step(step: int, args: argparse.Namespace, report: StepReport, *, tokens_per_step: int,
+               flops_per_token: int, world_size: int) -> None:
+    """The per-step line every example prints on rank 0 (the tests and the accuracy harness
+    read it: ``step i/N | loss | norm | lr | ms (gpu ms) | tok/s | TFLOP/s/GPU``)."""
+    gpu = f" (gpu {report.gpu_ms:.2f} ms)" if report.gpu_ms is not None else ""
+    seconds = report.wall_ms / 1e3
+    tflops = flops_per_token * tokens_per_step / seconds / world_size / 1e12
+    print(f"step {step + 1}/{args.steps} | loss {report.loss:.4f} | "
+          f"norm {report.norm:.4f} | lr {report.lr:.2e} | {report.wall_ms:.2f} ms{gpu} | "
+          f"{tokens_per_step / seconds:,.0f} tok/s | {tflops:.2f} TFLOP/s/GPU", flush=True)
+
+
+def print_run_end(launch: Launch, step_ms: list[float], tokens_per_step: int) -> None:
+    """After the last step: rank 0 prints the mean step after the first, every rank its peak
+    GPU memory (allocated, and reserved: what torchtitan reports as "memory")."""
     if launch.is_main and len(step_ms) > 1:
         mean_ms = sum(step_ms[1:]) / len(step_ms[1:])
         print(f"mean of steps 2-{len(step_ms)}: {mean_ms:.2f} ms/step, "
               f"{tokens_per_step / (mean_ms / 1e3):,.0f} tok/s", flush=True)
+    device = launch.device
     if device.type == "cuda":
         peak = f"{torch.cuda.max_memory_allocated(device) / 2**30:.3f} GiB"
     else:
         peak = "n/a on cpu"
     print(f"rank {launch.rank}: max_memory_allocated {peak}", flush=True)
-    if device.type == "cuda":  # what torchtitan reports as "memory"
+    if device.type == "cuda":
         print(f"rank {launch.rank}: max_memory_reserved "
               f"{torch.cuda.max_memory_reserved(device) / 2**30:.3f} GiB", flush=True)

@@ -1,0 +1,78 @@
+"""The scenario's value model as the ranks receive it: routing, seed and what an unknown
+data-dependent shape does (``simulation.routing``, ``seed``, ``simulation.unknown_shapes``).
+
+Imports no torch: the launcher builds it before the ranks load the fake CUDA device.
+"""
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+ROUTING_MODES = ("uniform", "balanced", "zipf", "trace")
+
+
+@dataclass(frozen=True)
+class Routing:
+    """How rows pick their top-k entries (``simulation.routing``).
+
+    ``uniform``: every k-subset equally likely; ``balanced``: row ``t`` takes entries
+    ``t*k ... t*k+k-1`` modulo the row length (every entry chosen equally often);
+    ``zipf``: entry popularity falls as ``1/rank^s``, the popular entries shuffled per call
+    (trained routers favour a few experts, different ones per layer); ``trace``: each call takes
+    the share of every entry recorded from a real run (``counts``, cycled in call order).
+    """
+
+    mode: str = "uniform"
+    zipf_s: float = 1.0
+    counts: tuple[tuple[int, ...], ...] = ()
+
+    @staticmethod
+    def parse(text: str, base: Path | None = None) -> "Routing":
+        """``uniform | balanced | zipf:<s> | trace:<file>`` (a trace path relative to ``base``)."""
+        mode, _, arg = text.partition(":")
+        if mode in ("uniform", "balanced") and not arg:
+            return Routing(mode)
+        if mode == "zipf":
+            try:
+                s = float(arg)
+            except ValueError:
+                s = math.nan
+            if not s > 0:
+                raise ValueError(f"zipf needs a positive exponent, e.g. zipf:1.2 (got {text!r})")
+            return Routing("zipf", zipf_s=s)
+        if mode == "trace" and arg:
+            return Routing("trace", counts=load_trace(Path(base or ".") / arg))
+        raise ValueError(f"routing {text!r}: expected uniform, balanced, zipf:<s> or "
+                         "trace:<file>")
+
+
+def load_trace(path: Path) -> tuple[tuple[int, ...], ...]:
+    """Expert counts per router call from ``scripts/record_routing.py``'s JSON
+    (``{"experts": E, "top_k": k, "calls": [[count per expert], ...]}``)."""
+    try:
+        data = json.loads(path.read_text())
+        experts = int(data["experts"])
+        calls = tuple(tuple(int(c) for c in call) for call in data["calls"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"routing trace {path}: {error}; expected JSON "
+                         '{"experts": E, "top_k": k, "calls": [[count per expert], ...]}') \
+            from None
+    if not calls or any(len(call) != experts or sum(call) <= 0 for call in calls):
+        raise ValueError(f"routing trace {path}: every call needs {experts} counts with a "
+                         "positive sum")
+    return calls
+
+
+UNKNOWN_SHAPES = ("error", "half")
+
+
+@dataclass(frozen=True)
+class ValuePolicy:
+    """The scenario's value model (``seed``, ``simulation.routing``,
+    ``simulation.unknown_shapes``: what a data-dependent shape of unknown values does: stop with
+    an error naming the op, or keep half of the elements)."""
+
+    routing: Routing = Routing()
+    seed: int = 0
+    unknown_shapes: str = "error"

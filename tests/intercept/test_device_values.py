@@ -1,0 +1,105 @@
+"""The value model on the fake GPU: integers, bools and small tensors carry real values, router
+indices of fake floats follow the declared routing, and values a collective has yet to deliver
+are computed once they arrive."""
+
+from typing import Any
+
+import pytest
+
+from tests.intercept.device_harness import run_snippet
+
+ROUTING = """
+import numpy as np
+from intercept import fake_mode
+from intercept.value_model import ValueModel
+from intercept.value_policy import Routing
+mode = fake_mode.active()
+logits = torch.randn(4096, 8, device="cuda")  # 32768 fake floats: unknown values
+def counts(routing, seed=0):
+    mode.value_model = ValueModel(mode.values, Routing.parse(routing), seed, 0)
+    _, idx = torch.topk(torch.softmax(logits, -1), 2, dim=-1)
+    rows = idx.tolist()
+    return {"counts": torch.bincount(idx.flatten(), minlength=8).tolist(),
+            "distinct_rows": all(len(set(r)) == 2 for r in rows), "first": rows[:4]}
+result["routing"] = {name: counts(name) for name in ("uniform", "balanced", "zipf:1.5")}
+result["same_seed"] = counts("uniform", 7)["first"] == counts("uniform", 7)["first"]
+result["other_seed"] = counts("uniform", 7)["first"] != counts("uniform", 8)["first"]
+result["argmax_range"] = sorted(set(torch.argmax(logits, -1).tolist()))
+"""
+
+PENDING = """
+import numpy as np
+from intercept import fake_mode
+store = fake_mode.active().values
+t = torch.empty(4, dtype=torch.long, device="cuda")
+store.expect(99, [t])            # a collective will write t
+doubled = t * 2                  # queued: t's values are not there yet
+total = doubled.sum()
+result["pending_before"] = store.pending(total)
+store.deliver([(99, np.array([1, 2, 3, 4]))])
+result["total"] = total.item()
+result["doubled"] = doubled.tolist()
+"""
+
+FINITE_AND_UNKNOWN = """
+import warnings
+model = torch.nn.Linear(64, 64).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler("cuda")
+loss = model(torch.randn(512, 64, device="cuda")).sum()
+scaler.scale(loss).backward()
+mark = len(runtime.kernels)
+scaler.step(opt)
+scaler.update()
+result["optimizer_kernels"] = len(runtime.kernels) - mark
+result["scale"] = scaler.get_scale()
+result["isnan"] = bool(torch.isnan(loss))
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    result["unknown_int"] = int(loss.long())
+result["warned"] = [str(w.message) for w in caught]
+try:
+    torch.nonzero(torch.randn(4096, device="cuda").long())
+except Exception as error:
+    result["unknown_shape"] = f"{type(error).__name__}: {error}"
+"""
+
+
+@pytest.fixture(scope="module")
+def routing() -> dict[str, Any]:
+    return run_snippet(ROUTING)["result"]
+
+
+def test_router_top_k_is_self_consistent(routing: dict[str, Any]) -> None:
+    for name, found in routing["routing"].items():
+        assert sum(found["counts"]) == 4096 * 2, name  # every token routed k times
+        assert found["distinct_rows"], name
+
+
+def test_routing_modes_shape_the_load(routing: dict[str, Any]) -> None:
+    modes = routing["routing"]
+    assert modes["balanced"]["counts"] == [1024] * 8
+    assert all(abs(c - 1024) < 0.1 * 1024 for c in modes["uniform"]["counts"])
+    zipf = sorted(modes["zipf:1.5"]["counts"])
+    assert zipf[-1] > 4 * zipf[0]  # a few hot experts, like trained routers
+
+
+def test_values_are_seeded(routing: dict[str, Any]) -> None:
+    assert routing["same_seed"] and routing["other_seed"]
+    assert routing["argmax_range"] == list(range(8))
+
+
+def test_values_pending_on_a_collective_are_computed_when_they_arrive() -> None:
+    result = run_snippet(PENDING)["result"]
+    assert result == {"pending_before": True, "total": 20, "doubled": [2, 4, 6, 8]}
+
+
+def test_fake_floats_are_finite_and_unknown_integers_say_so() -> None:
+    result = run_snippet(FINITE_AND_UNKNOWN)["result"]
+    assert result["optimizer_kernels"] > 0  # GradScaler found no inf: the step ran
+    assert result["scale"] == 65536.0
+    assert result["isnan"] is False
+    assert result["unknown_int"] == 1
+    assert any("does not know" in w for w in result["warned"])
+    assert "simulation.unknown_shapes" in result["unknown_shape"]
+    assert "aten::nonzero" in result["unknown_shape"]
