@@ -220,3 +220,35 @@ def test_no_heartbeat_promises_less_than_a_sync_reply_already_gave() -> None:
         promise = batch.clock_ns
         if batch.sync is not None:
             promise = max(promise, batch.sync.at_ns + coordinator.reply_delay_ns)
+
+
+def test_ops_of_another_thread_during_a_sync_are_stamped_after_its_reply() -> None:
+    """Issue 14, the same race from a second thread: an op it stamped before the sync's reply
+    moved the clock, sent after the coordinator had answered, was earlier than the promise."""
+    ours, theirs = Pipe()
+    clock = _SlowAdvanceClock(epoch_ns=0, op_cost_ns=None)
+    client = CoordinatorClient(ours, clock, max_buffered_ops=1)
+    coordinator = FakeCoordinator(theirs, reply_delay_ns=1_000_000_000)
+    stop = threading.Event()
+
+    def other_thread() -> None:  # an autograd or DDP thread issuing ops meanwhile
+        i = 0
+        while not stop.is_set():
+            client.add(EventRecord, event=i, stream=1)
+            i += 1
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    for _ in range(5):
+        client.sync("device", 0)
+    stop.set()
+    thread.join()
+    client.close(Exit(0))
+    coordinator.join()
+    promise = -1
+    for batch in coordinator.batches:
+        assert batch.clock_ns >= promise, f"promise went back from {promise} to {batch.clock_ns}"
+        assert all(op.at_ns >= promise for op in batch.ops)
+        promise = batch.clock_ns
+        if batch.sync is not None:
+            promise = max(promise, batch.sync.at_ns + coordinator.reply_delay_ns)
