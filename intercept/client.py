@@ -8,7 +8,8 @@ batch, so a rank busy on the CPU keeps raising its promise and does not hold the
 
 Every op is stamped with the clock *while the buffer lock is held*, so no batch can promise a
 time later than an op still to be sent. While a sync is outstanding nothing else is sent: a
-blocked rank promises nothing until the reply comes. All the client's CPU time (pickling, the
+blocked rank promises nothing until the reply comes, and the clock has jumped to the reply's time
+before anything else may leave (ops of other threads wait for it). All the client's CPU time (pickling, the
 heartbeat thread) is excluded from virtual time.
 
 Once started, a receiver thread reads everything the coordinator sends: replies go to the
@@ -48,7 +49,11 @@ class CoordinatorClient:
         self._max_buffered_ops = max_buffered_ops
         self._heartbeat_interval_s = heartbeat_interval_s
         self._lock = threading.Lock()
+        self._unblocked = threading.Condition(self._lock)
+        """Notified when a sync's reply has moved the clock (other threads' ops wait for it)."""
         self._sync_lock = threading.Lock()
+        self._sync_thread: int | None = None
+        """The thread whose sync is outstanding (``None`` when none is)."""
         self._ops: list[Op] = []
         self._promised_ns = 0
         """``clock_ns`` of the last batch sent (the coordinator starts every rank at 0)."""
@@ -80,8 +85,10 @@ class CoordinatorClient:
                 self._conn.send(ValueUpdate(value_id, data))
 
     def add(self, op_type: type[Op], **fields: Any) -> Op:
-        """Buffer ``op_type(at_ns=<now>, **fields)``; flush if the buffer is full."""
+        """Buffer ``op_type(at_ns=<now>, **fields)``; flush if the buffer is full. While another
+        thread's sync is outstanding, waits for its reply first (see :meth:`_await_unblocked`)."""
         with self._clock.excluded(), self._lock:
+            self._await_unblocked()
             self._check_usable()
             op = op_type(at_ns=self._clock.now_ns(), **fields)
             self._ops.append(op)
@@ -92,6 +99,7 @@ class CoordinatorClient:
     def flush(self) -> None:
         """Send the buffered ops now (with the current clock as promise)."""
         with self._clock.excluded(), self._lock:
+            self._await_unblocked()
             self._check_usable()
             self._send(Batch(self._clock.now_ns(), self._take_ops()))
 
@@ -107,16 +115,23 @@ class CoordinatorClient:
                 now = self._clock.now_ns()
                 self._send(Batch(now, self._take_ops(), sync=Sync(kind, target, now)))  # type: ignore[arg-type]
                 self._blocked = True
+                self._sync_thread = threading.get_ident()
+            reply = None
             try:
                 reply = self._next_reply()
             finally:
                 with self._lock:
+                    # Jump before unblocking, under the lock: the coordinator counts this rank's
+                    # promise as the reply's time from the moment it answered, so no batch (a
+                    # heartbeat) may leave with the clock still short of it (issue 14).
+                    if isinstance(reply, Reply) and kind != "query":
+                        self._clock.advance_to(reply.time_ns)
                     self._blocked = False
+                    self._sync_thread = None
+                    self._unblocked.notify_all()
             if not isinstance(reply, Reply):
                 raise RuntimeError(f"the coordinator answered a {kind} sync with {reply!r}; "
                                    "expected a Reply")
-            if kind != "query":
-                self._clock.advance_to(reply.time_ns)
             return reply
 
     def close(self, exit_: Exit) -> None:
@@ -161,6 +176,14 @@ class CoordinatorClient:
             with self._clock.excluded():
                 self._value_sink(message.values)
         return True
+
+    def _await_unblocked(self) -> None:
+        """With the lock held: while another thread's sync is outstanding, wait for its reply.
+        The coordinator takes no ops from a blocked rank, and once it has answered, the rank's
+        promise is the reply's time: an op stamped before the clock jumped there would be earlier
+        than that promise (issue 14's "clock went back", from an autograd or DDP thread)."""
+        while self._blocked and self._sync_thread != threading.get_ident():
+            self._unblocked.wait()
 
     def _take_ops(self) -> list[Op]:
         ops, self._ops = self._ops, []

@@ -2,9 +2,16 @@
 
 A rank's virtual time is what a real GPU host would have spent on the script so far::
 
-    now = start + CPU time of the process's threads outside excluded() sections
-                + charged model costs (kernel launches, time.sleep)
-                + jumps forward to sync replies (advance_to)
+    now = start + CPU time of the process's threads outside excluded() sections (the residual)
+                + corrections of that residual to robust estimates (correct)
+                + table-charged host costs of intercepted ops (charge_table)
+                + other charged costs (time.sleep) + jumps forward to sync replies (advance_to)
+
+The table-charged part (``intercept.host_cost``, per op family and per collective, measured on
+the reference hosts) does not depend on this machine; the residual (the script's own Python
+between intercepted ops) is measured here, converted to the reference host's speed, and per
+segment replaced by its quietest recent reading (``intercept.residual``).
+:meth:`VirtualClock.host_split` reports the two.
 
 *Process* CPU time (all threads: the script's main thread, the autograd engine's device thread,
 DataLoader pin-memory threads, ...) counts because a real host spends it too; wall time does not,
@@ -72,6 +79,7 @@ from types import TracebackType
 from typing import Protocol
 
 from intercept import shim
+from intercept.host_cost import HostTimeSplit
 from intercept.host_speed import UNSCALED, SpeedRatio
 
 _NS_PER_S = 1_000_000_000
@@ -153,6 +161,8 @@ class VirtualClock:
             excluded_cpu if op_cost_ns is None else _NO_EXCLUSION)
         self._cpu_scale = cpu_scale
         self._ratio = UNSCALED if cpu_scale is None else cpu_scale.ratio()
+        self._best_ratio = self._ratio
+        """The ratio of the fastest host-speed measurement so far (the quietest moment)."""
         self._scaled_before_ns = 0
         """Script CPU counted under earlier ratios, already scaled."""
         self._script_before_ns = 0
@@ -166,6 +176,10 @@ class VirtualClock:
         """CPU time of measurements that counted as the script's and was skipped."""
         self._measuring_thread: int | None = threading.get_ident()
         """Only the thread that made the clock (a rank's main thread) measures."""
+        self._table_ns = 0
+        """Host time charged from the host-cost table (``charge_table``)."""
+        self._fixed_ns = 0
+        """Reproducible mode's fixed costs (``tick``)."""
         os.register_at_fork(after_in_child=self._forget_threads)
 
     def _forget_threads(self) -> None:
@@ -215,6 +229,8 @@ class VirtualClock:
                 self._scaled_before_ns += self._ratio.scale(frozen_ns - self._script_before_ns)
                 self._script_before_ns = script_ns
                 self._ratio = ratio
+                if ratio.factor > self._best_ratio.factor:
+                    self._best_ratio = ratio
 
     def excluded(self) -> AbstractContextManager[None]:
         """A context manager: CPU time the calling thread spends inside is not the script's.
@@ -230,10 +246,47 @@ class VirtualClock:
         with self._lock:
             self._offset_ns += duration_ns
 
+    def charge_table(self, duration_ns: int) -> None:
+        """Add a host cost from the host-cost table (``intercept.host_cost``): like
+        :meth:`charge`, and counted as table-charged host time in :meth:`host_split`."""
+        if duration_ns < 0:
+            raise ValueError(f"cannot charge {duration_ns} ns; a duration is >= 0")
+        with self._lock:
+            self._offset_ns += duration_ns
+            self._table_ns += duration_ns
+
     def tick(self) -> None:
         """An intercepted op was issued: in reproducible mode it costs ``op_cost_ns``."""
         if self.op_cost_ns is not None:
-            self.charge(self.op_cost_ns)
+            with self._lock:
+                self._offset_ns += self.op_cost_ns
+                self._fixed_ns += self.op_cost_ns
+
+    def to_reference_ns(self, local_cpu_ns: int) -> int:
+        """This machine's CPU ns as the reference host's, with the host-speed ratio in force."""
+        return self._ratio.scale(local_cpu_ns)
+
+    def quietest_to_reference_ns(self, local_cpu_ns: int) -> int:
+        """This machine's CPU ns as the reference host's, with the ratio of the fastest
+        host-speed measurement so far (for a reading taken at the quietest moment too)."""
+        return self._best_ratio.scale(local_cpu_ns)
+
+    def correct(self, reference_ns: int) -> None:
+        """Add ``reference_ns`` (either sign) to the script's counted time, already converted to
+        the reference host (``intercept.residual``: a robust estimate in place of a reading).
+        Readings stay monotonic: a reading never falls below an earlier one."""
+        if self.op_cost_ns is not None:
+            return
+        with self._lock:
+            self._scaled_before_ns += reference_ns
+
+    def host_split(self) -> "HostTimeSplit":
+        """The host time so far by origin (table-charged, measured residual, fixed)."""
+        with self._lock:
+            residual_ns = 0 if self.op_cost_ns is not None else (
+                self._scaled_before_ns
+                + self._ratio.scale(self._script_cpu_ns() - self._script_before_ns))
+            return HostTimeSplit(self._table_ns, residual_ns, self._fixed_ns)
 
     def advance_to(self, t_ns: int) -> None:
         """Jump forward to ``t_ns`` (a sync reply's completion time); the past changes nothing."""

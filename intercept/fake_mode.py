@@ -111,7 +111,8 @@ class Runtime(Protocol):
     """What the mode needs of ``intercept.runtime.RankRuntime``."""
 
     def excluded(self) -> ContextManager[None]: ...
-    def kernel(self, spec: KernelSpec, stream: int) -> None: ...
+    def kernel(self, spec: KernelSpec, stream: int, tensors: int = 1) -> None: ...
+    def host_op(self, name: str) -> None: ...
     def sync(self, kind: str, target: int = 0) -> int: ...
 
 
@@ -487,9 +488,11 @@ class SimFakeMode(FakeTensorMode):
         elif launch is not None and not getattr(state, "replaced", False):
             spec, device, host_waits = launch
             stream = self._current_stream(device)
-            self.runtime.kernel(spec, stream)
+            self.runtime.kernel(spec, stream, _list_length(args))
             if host_waits:
                 self.runtime.sync("stream", stream)
+        else:
+            self.runtime.host_op(func._opname)
         return out
 
     def _fake(self, func: Any, types: Any, args: Any, kwargs: Any) -> tuple[Any, Launch | None]:
@@ -619,11 +622,20 @@ class _NullRuntime:
     def excluded(self) -> ContextManager[None]:
         return contextlib.nullcontext()
 
-    def kernel(self, spec: KernelSpec, stream: int) -> None:
+    def kernel(self, spec: KernelSpec, stream: int, tensors: int = 1) -> None:
+        return None
+
+    def host_op(self, name: str) -> None:
         return None
 
     def sync(self, kind: str, target: int = 0) -> int:
         return 0
+
+
+def _list_length(args: Any) -> int:
+    """A foreach op's list length (its first argument), else 1: its host cost grows with it."""
+    first = args[0] if args else None
+    return len(first) if isinstance(first, (list, tuple)) else 1
 
 
 def _plain_call(a: Any, b: Any) -> Any:

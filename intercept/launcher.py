@@ -303,9 +303,10 @@ class _ForkServer:
         # the ranks had to do it after the fork.
         import torch._dynamo  # noqa: F401
 
-        from intercept import process_group
+        from intercept import c10d_host, process_group
         from phantora.compute import ComputeModel
         self.patches.enter_context(process_group.installed())  # closed never: for good
+        self.patches.enter_context(c10d_host.excluded_calls())
         self.kernel_cost = ComputeModel.for_gpu(self.spec.gpu).cost
 
     def spawn(self, rank: int) -> None:

@@ -28,6 +28,8 @@ from typing import Literal
 
 import numpy as np
 
+from intercept.host_cost import HostTimeSplit
+
 
 @dataclass(frozen=True, slots=True)
 class Kernel:
@@ -145,6 +147,8 @@ class RankStats:
     host_speed_factor: float = 1.0
     """What one ns of the simulating machine's CPU counted as at exit: the reference host's
     time over this machine's for the host-speed benchmark (1.0 unscaled or reproducible)."""
+    host_time: HostTimeSplit = HostTimeSplit()
+    """The rank's host time by origin: table-charged, measured residual, per optimizer step."""
 
 
 @dataclass(frozen=True, slots=True)

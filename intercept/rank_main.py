@@ -29,9 +29,12 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from types import TracebackType
 
+from intercept import shim
 from intercept.client import CoordinatorClient
 from intercept.clock import VirtualClock, patched_time
+from intercept.host_cost import table_for
 from intercept.host_speed import host_speed_for
+from intercept.residual import ResidualSmoother
 from intercept.runtime import KernelCostModel, RankRuntime
 from intercept.value_policy import ValuePolicy
 from phantora.cluster.catalogue import GpuSpec
@@ -151,10 +154,15 @@ def _run(spec: LaunchSpec, rank: int, kernel_cost: KernelCostModel) -> int:
     cpu_scale = host_speed_for(spec.host_cpu)
     clock = VirtualClock(epoch_ns=spec.epoch_ns, op_cost_ns=spec.op_cost_ns, cpu_scale=cpu_scale)
     client = CoordinatorClient(Connection(spec.rank_fds[rank]), clock)
+    residual = None
+    if spec.op_cost_ns is None and shim.native_exclusion() is not None:
+        residual = ResidualSmoother(shim.thread_counted_ns, clock.to_reference_ns,
+                                    clock.quietest_to_reference_ns)
     runtime = RankRuntime(rank=rank, world_size=spec.world_size,
                           local_rank=rank % spec.ranks_per_host,
                           local_world_size=spec.ranks_per_host, gpu=spec.gpu, clock=clock,
-                          client=client, kernel_cost=kernel_cost)
+                          client=client, kernel_cost=kernel_cost,
+                          host_costs=table_for(spec.host_cpu, spec.gpu.name), residual=residual)
     runtime.make_current()
     client.start()
     with patched_time(clock):
@@ -184,6 +192,11 @@ def _enter_and_run(spec: LaunchSpec, script: str) -> None:
         device.enter_fake_mode(
             on_functional_collective=process_group.handle_functional_collective,
             policy=spec.values, rank=int(os.environ["RANK"]))
+        runtime = RankRuntime.current()
+        if runtime is not None:
+            from torch.optim.optimizer import register_optimizer_step_post_hook
+
+            register_optimizer_step_post_hook(lambda *_: runtime.step_done())
     runpy.run_path(script, run_name="__main__")
 
 

@@ -3,8 +3,10 @@
 The fake CUDA device (``intercept.fake_mode`` and friends) reports what the script does on the
 GPU through :class:`RankRuntime`: kernels, events, stream waits, host syncs. The process-group
 backend (``intercept.process_group``) reports collectives. The runtime stamps each with the
-rank's :class:`~intercept.clock.VirtualClock`, charges the modelled CPU launch cost, and hands it
-to the :class:`~intercept.client.CoordinatorClient`.
+rank's :class:`~intercept.clock.VirtualClock`, charges what the reference host's CPU pays for the
+operation (``intercept.host_cost``: per op family, per collective) and replaces the script's
+measured CPU since the thread's previous operation by a robust estimate
+(``intercept.residual``), and hands it to the :class:`~intercept.client.CoordinatorClient`.
 
 Collectives run on the process group's own stream, as ProcessGroupNCCL does: that stream first
 waits for the caller's current stream, runs the collective, and records an event that the
@@ -19,39 +21,23 @@ import itertools
 import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from typing import ClassVar
 
 import numpy as np
 
 from intercept.client import CoordinatorClient, ValueSink
 from intercept.clock import VirtualClock
+from intercept.host_cost import HostCostTable, load_table
 from intercept.protocol import (Collective, EventRecord, Exit, Kernel, RankStats, StreamWait,
                                 ValuePayload)
+from intercept.residual import ResidualSmoother
 from phantora.cluster.catalogue import GpuSpec
 from phantora.compute.model import KernelCost
 from phantora.compute.spec import KernelSpec
 
 KernelCostModel = Callable[[KernelSpec], KernelCost]
 """The compute model of the rank's GPU (``phantora.compute.ComputeModel.cost``)."""
-
-KERNEL_LAUNCH_OVERHEAD_NS = 5_000
-"""CPU time a real host spends on one kernel or collective beyond the script's Python call of
-it: the binding and dispatcher (the fake device's own version of those is kept out of virtual
-time, see ``intercept.clock``), PyTorch's CUDA-side bookkeeping and ``cudaLaunchKernel``.
-Measured with torch 2.11 as host CPU per ``x.add_(y)`` on 16 floats (``scripts/
-measure_host_ops.py``, ``scripts/data/host_ops/``) on four lent host instances: 9.6 us (an H100
-host), 6.0 and 5.5 us (2xH200 hosts), 5.7 us (an H100 host); the median, 5.9 us, less the
-~0.7-1.3 us the fake device still counts as the script's Python call. NB: one figure for every
-op (a small ``torch.mm`` costs 13-18 us there); a per-op host model is the compute model's
-job."""
-
-COLLECTIVE_LAUNCH_OVERHEAD_NS = 20_000
-"""The same for issuing a collective (ProcessGroupNCCL's work object, its CUDA events and
-stream waits, NCCL's enqueue): measured on the lent 2xH200 host with torch 2.11, async
-``all_reduce`` / ``reduce_scatter_tensor`` / ``all_gather_into_tensor`` took 26.7-28.3 us of
-host time per call against 6.0 us for ``x.add_(y)`` (``scripts/measure_host_ops.py``, data in
-``scripts/data/host_ops/``); of that, c10d's Python wrapper (~6-8 us) runs for real in a
-simulated rank and is counted as the script's."""
 
 _P2P_OPS = frozenset({"send", "recv"})
 _CommKey = str | tuple[str, int, int]
@@ -65,8 +51,8 @@ class RankRuntime:
 
     def __init__(self, *, rank: int, world_size: int, local_rank: int, local_world_size: int,
                  gpu: GpuSpec, clock: VirtualClock, client: CoordinatorClient,
-                 kernel_cost: KernelCostModel,
-                 launch_overhead_ns: int = KERNEL_LAUNCH_OVERHEAD_NS) -> None:
+                 kernel_cost: KernelCostModel, host_costs: HostCostTable | None = None,
+                 residual: ResidualSmoother | None = None) -> None:
         self.rank = rank
         self.world_size = world_size
         self.local_rank = local_rank
@@ -75,7 +61,10 @@ class RankRuntime:
         self.clock = clock
         self._client = client
         self._kernel_cost = kernel_cost
-        self._launch_overhead_ns = launch_overhead_ns
+        self.host_costs = load_table() if host_costs is None else host_costs
+        self._residual = residual
+        self._steps: list[tuple[int, int, int]] = []
+        self._step_mark = (0, 0)
         self._events = itertools.count(1)
         self._comm_lock = threading.Lock()
         self._comm_streams: dict[_CommKey, int] = {}
@@ -103,13 +92,17 @@ class RankRuntime:
         """CPU time spent inside is the simulator's, not the script's (not in virtual time)."""
         return self.clock.excluded()
 
-    def kernel(self, spec: KernelSpec, stream: int, launch_overhead_ns: int | None = None) -> None:
-        """Record a kernel launch at the current clock; charges the modelled launch overhead
-        (``launch_overhead_ns`` where given: 0 for a kernel of a replayed CUDA graph) to the
-        clock and the compute model's duration to the GPU stream."""
+    def kernel(self, spec: KernelSpec, stream: int, tensors: int = 1,
+               launch_overhead_ns: int | None = None) -> None:
+        """Record a kernel launch at the current clock; charges the op's host cost to the clock
+        and the compute model's duration to the GPU stream. ``tensors``: a foreach op's list
+        length (its host cost grows with it); ``launch_overhead_ns`` replaces the table's cost
+        where given (a compiled graph's launcher; 0 for a kernel of a replayed CUDA graph)."""
         with self.clock.excluded():
             cost = self._kernel_cost(spec)
-            self._launch(launch_overhead_ns)
+            name = spec.name.removeprefix("aten::")
+            self._host(name, self.host_costs.op_ns(name, launches=True, tensors=tensors)
+                       if launch_overhead_ns is None else launch_overhead_ns)
             self._client.add(Kernel, stream=stream, duration_ns=cost.duration_ns, name=spec.name,
                              flops=spec.flops, bytes=spec.bytes, source=cost.source.value)
 
@@ -117,6 +110,21 @@ class RankRuntime:
         """Modelled CPU time of the script's host beyond what it runs here (a compiled graph's
         launcher, its code generation)."""
         self.clock.charge(duration_ns)
+
+    def host_op(self, name: str) -> None:
+        """An intercepted op that launches nothing (a view, an allocation): its host cost."""
+        with self.clock.excluded():
+            name = name.removeprefix("aten::")
+            self._host(name, self.host_costs.op_ns(name, launches=False))
+
+    def step_done(self) -> None:
+        """An optimizer step ended: remember its host time split (``summary.json``)."""
+        with self.clock.excluded():
+            split = self.clock.host_split()
+            table0, residual0 = self._step_mark
+            self._steps.append((self.clock.now_ns(), split.table_ns - table0,
+                                split.residual_ns - residual0))
+            self._step_mark = (split.table_ns, split.residual_ns)
 
     def new_event(self) -> int:
         """A fresh event id of this rank."""
@@ -135,6 +143,9 @@ class RankRuntime:
     def sync(self, kind: str, target: int = 0) -> int:
         """Block until done on the GPU (``"device" | "stream" | "event" | "query"``); returns the
         completion time (or 0/1 for query) and moves the clock."""
+        if self._residual is not None:
+            with self.clock.excluded():
+                self.clock.correct(self._residual.boundary(f"sync:{kind}"))
         self.clock.tick()
         reply = self._client.sync(kind, target)
         return reply.value if kind == "query" else reply.time_ns
@@ -159,7 +170,7 @@ class RankRuntime:
                 comm_stream = self._comm_streams[key] = -1 - len(self._comm_streams)
             ready = self.new_event()
             done = self.new_event()
-            self._launch(COLLECTIVE_LAUNCH_OVERHEAD_NS)
+            self._host(f"c10d:{op}", self.host_costs.collective_ns(op))
             add = self._client.add
             add(EventRecord, event=ready, stream=stream)
             add(StreamWait, stream=comm_stream, event=ready)
@@ -175,12 +186,16 @@ class RankRuntime:
         """Send the last ops and the :class:`~intercept.protocol.Exit` with the rank's own
         measurements; nothing may follow."""
         script_ns, simulator_ns = self.clock.cpu_split_ns()
+        split = replace(self.clock.host_split(), steps=tuple(self._steps))
         self._client.close(Exit(status, traceback, RankStats(
             script_ns, simulator_ns, peak_memory_bytes, peak_reserved_bytes,
-            round(self.clock.speed_ratio.factor, 4))))
+            round(self.clock.speed_ratio.factor, 4), split)))
 
-    def _launch(self, overhead_ns: int | None = None) -> None:
-        """A launch's CPU side: the modelled overhead (a kernel's unless ``overhead_ns`` is
-        given), plus the op's fixed reproducible cost."""
+    def _host(self, op: str, cost_ns: int) -> None:
+        """An op's CPU side, in an excluded section: the script's CPU since the thread's last op
+        is replaced by its robust estimate, then the table's cost and the op's fixed
+        reproducible cost are charged."""
+        if self._residual is not None:
+            self.clock.correct(self._residual.boundary(op))
         self.clock.tick()
-        self.clock.charge(self._launch_overhead_ns if overhead_ns is None else overhead_ns)
+        self.clock.charge_table(cost_ns)

@@ -33,6 +33,7 @@ from multiprocessing.connection import Connection, wait
 
 import numpy as np
 
+from intercept.host_cost import HostTimeSplit
 from intercept.protocol import (
     Batch,
     Collective,
@@ -151,6 +152,8 @@ class RankResult:
     """GPU time those stretches added (``phantora.engine.overlap``)."""
     host_speed_factor: float = 1.0
     """How the rank's script CPU time was converted to the reference host's at the end."""
+    host_time: HostTimeSplit = HostTimeSplit()
+    """Its host time by origin: table-charged vs measured residual, per optimizer step."""
 
 
 @dataclass
@@ -540,7 +543,7 @@ class LiveEngine:
                             rank.stats.script_cpu_ns, rank.stats.simulator_cpu_ns,
                             rank.stats.peak_memory_bytes, rank.stats.peak_reserved_bytes,
                             rank.device.slowed_kernels, rank.device.overlap_extra_ns,
-                            rank.stats.host_speed_factor)
+                            rank.stats.host_speed_factor, rank.stats.host_time)
                  for rank in self._ranks]
         kernels = sorted((span for rank in self._ranks for span in rank.device.spans),
                          key=lambda s: (s.rank, s.stream, s.start_ns, s.end_ns, s.name))

@@ -59,6 +59,10 @@ class StandInRuntime:
         self._excluded_depth = 0
         self._stream_free_ns: dict[int, int] = {}
         self._event_ns: dict[int, int] = {}
+        self.host_ops: list[str] = []
+        """Ops that launched nothing, in order (their host cost only)."""
+        self.foreach_tensors: list[int] = []
+        """Per kernel, the list length passed for its host cost (1 unless foreach)."""
 
     @contextlib.contextmanager
     def excluded(self) -> Iterator[None]:
@@ -75,9 +79,11 @@ class StandInRuntime:
         if self._excluded_depth:
             raise AssertionError(f"runtime.{call} called inside excluded()")
 
-    def kernel(self, spec: KernelSpec, stream: int, launch_overhead_ns: int | None = None) -> None:
+    def kernel(self, spec: KernelSpec, stream: int, tensors: int = 1,
+               launch_overhead_ns: int | None = None) -> None:
         self._check("kernel")
         self.kernels.append((spec.name, spec.flops, spec.bytes, stream))
+        self.foreach_tensors.append(tensors)
         self.clock_ns += LAUNCH_OVERHEAD_NS if launch_overhead_ns is None else launch_overhead_ns
         start = max(self.clock_ns, self._stream_free_ns.get(stream, 0))
         self._stream_free_ns[stream] = start + KERNEL_NS
@@ -85,6 +91,10 @@ class StandInRuntime:
     def charge_host(self, duration_ns: int) -> None:
         self._check("charge_host")
         self.clock_ns += duration_ns
+
+    def host_op(self, name: str) -> None:
+        self._check("host_op")
+        self.host_ops.append(name)
 
     def new_event(self) -> int:
         self._check("new_event")

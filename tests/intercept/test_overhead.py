@@ -3,8 +3,8 @@
 Each measurement runs in a fresh interpreter (the shim must be loaded before torch) with the
 real :class:`~intercept.runtime.RankRuntime` and a measured :class:`~intercept.clock.VirtualClock`
 (the fake device's calibrated deductions in force), the stand-in coordinator in a forked process
-so that its CPU time is not the rank's. Bounds are ratios or generous multiples of the modelled
-launch overhead: the machine may be loaded, which inflates every CPU time measured.
+so that its CPU time is not the rank's. Bounds are ratios or generous multiples of the table's
+charge for a small ``add_`` (``launch_ns``): the machine may be loaded, which inflates every CPU time measured.
 """
 
 import json
@@ -43,7 +43,8 @@ runtime = RankRuntime(rank=0, world_size=1, local_rank=0, local_world_size=1,
 runtime.make_current()
 device.enter_fake_mode(runtime=runtime)
 import torch
-result = {{"launch_ns": runtime._launch_overhead_ns, "deductions": list(shim.deductions())}}
+result = {{"launch_ns": runtime.host_costs.op_ns("add_", launches=True),
+          "deductions": list(shim.deductions())}}
 exec(compile({snippet!r}, "<snippet>", "exec"))
 with open({out!r}, "w") as f:
     json.dump(result, f)
@@ -65,13 +66,15 @@ def measure(fn, n, rounds=5):
     samples = []
     launches[0] = 0
     for _ in range(rounds):
-        v0, c0 = clock.now_ns(), time.process_time_ns()
+        v0, c0, t0 = clock.now_ns(), time.process_time_ns(), clock.host_split().table_ns
         for _ in range(n):
             fn()
-        samples.append(((clock.now_ns() - v0) / n, (time.process_time_ns() - c0) / n))
+        samples.append(((clock.now_ns() - v0) / n, (time.process_time_ns() - c0) / n,
+                        (clock.host_split().table_ns - t0) / n))
     virtual = sorted(s[0] for s in samples)[rounds // 2]
     cpu = sorted(s[1] for s in samples)[rounds // 2]
-    return {"virtual_ns": virtual, "cpu_ns": cpu, "kernels": launches[0] // (rounds * n)}
+    return {"virtual_ns": virtual, "cpu_ns": cpu, "kernels": launches[0] // (rounds * n),
+            "table_ns": samples[0][2]}
 
 def burn(ns):
     '''Spend at least ns of this thread's CPU time in pure Python; returns how much.'''
@@ -99,11 +102,12 @@ result["burn"] = {"cpu_ns": burn(20_000_000), "virtual_ns": clock.now_ns() - v0}
 
 OPS = 100
 burnt_ns = 0
-v0 = clock.now_ns()
+v0, t0 = clock.now_ns(), clock.host_split().table_ns
 for _ in range(OPS):
     x.add_(y)
     burnt_ns += burn(200_000)
-result["mixed"] = {"virtual_ns": clock.now_ns() - v0, "ops": OPS, "work_ns": burnt_ns}
+result["mixed"] = {"virtual_ns": clock.now_ns() - v0, "ops": OPS, "work_ns": burnt_ns,
+                   "table_ns": clock.host_split().table_ns - t0}
 
 torch.set_num_threads(1)  # intra-op workers are other threads, never inside a section
 real = torch.rand(256, 256)  # 65536 elements: small CPU work runs for real
@@ -160,8 +164,9 @@ def measured() -> dict[str, Any]:
 
 
 def extra_ns(entry: dict[str, float], launch_ns: int) -> float:
-    """Virtual time per call beyond the modelled launch overheads of its kernels."""
-    return entry["virtual_ns"] - entry["kernels"] * launch_ns
+    """Virtual time per call beyond what the host-cost table charged for its ops
+    (``launch_ns``, the table's charge for a small ``add_``, scales the bounds)."""
+    return entry["virtual_ns"] - entry["table_ns"]
 
 
 def test_cheap_op_costs_launch_overhead_plus_a_python_call(measured: dict[str, Any]) -> None:
@@ -210,7 +215,7 @@ def test_script_work_between_ops_is_not_deducted(measured: dict[str, Any]) -> No
     mixed = measured["mixed"]
     launch_ns = measured["launch_ns"]
     ops, work_ns = mixed["ops"], mixed["work_ns"]
-    script_ns = mixed["virtual_ns"] - ops * launch_ns
+    script_ns = mixed["virtual_ns"] - mixed["table_ns"]
     assert work_ns - ops * launch_ns / 2 <= script_ns <= work_ns + ops * 4 * launch_ns, \
         (mixed, measured["deductions"])
 

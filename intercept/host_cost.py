@@ -1,0 +1,191 @@
+"""What a reference GPU host's CPU pays for each intercepted operation: the table-charged part of
+a rank's host time.
+
+A rank's virtual host time has two parts (``intercept.clock``):
+
+* **table-charged**: per intercepted operation, what the reference host spends on it beyond the
+  script's own Python call, from a table measured on the lent GPU machines
+  (``scripts/measure_host_costs.py``; ``intercept/data/host_costs.json`` with its provenance).
+  It never depends on the machine that simulates, its load or the number of ranks on it.
+* **measured residual**: the script's own Python between intercepted operations, measured here
+  (:mod:`intercept.residual` makes it robust against load).
+
+Families (:func:`family_of`, by aten name): an op's binding, dispatcher, allocator and CUDA
+launch cost on the reference host differ by kind (a view ~2 us, an elementwise op ~9 us, a
+matrix product ~20 us, a foreach call ~12 us plus ~0.3 us per tensor), and so does the c10d
+collective call path (~30-40 us per call). The simulator's own cost of the same op (FakeTensor
+execution, recording, IPC) is kept out of virtual time entirely (``intercept.shim``), so the
+charge is the table's cost less the plain Python call that the clock still counts as the
+script's (``script_call_ns``).
+
+NB (known, not modelled): the autograd engine's per-node work and the extra cost of recording
+an op for autograd (~4 us per op on the reference host) stay in the measured residual, as the
+C++ of the autograd layer runs for real around each fake op; DDP's reducer, FSDP2's hooks and
+DTensor's dispatch likewise (their tables are measured, ``scripts/data/host_costs/``, but not
+charged).
+
+No torch import: the coordinator and tests read the table without it.
+"""
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+TABLE_PATH = Path(__file__).with_name("data") / "host_costs.json"
+TABLE_VERSION = 1
+
+MATMUL = frozenset({"mm", "bmm", "matmul", "_scaled_mm", "_int_mm", "dot", "mv"})
+MATMUL_BIAS = frozenset({"addmm", "baddbmm", "addbmm", "addmv", "_addmm_activation"})
+NORM = frozenset({"native_layer_norm", "native_layer_norm_backward", "layer_norm",
+                  "native_group_norm", "native_group_norm_backward", "native_batch_norm",
+                  "native_batch_norm_backward", "_fused_rms_norm", "_fused_rms_norm_backward",
+                  "rms_norm", "cudnn_batch_norm", "_batch_norm_with_update"})
+SOFTMAX = frozenset({"_softmax", "_log_softmax", "_softmax_backward_data",
+                     "_log_softmax_backward_data", "softmax", "log_softmax"})
+REDUCTION = frozenset({"sum", "mean", "amax", "amin", "max", "min", "var", "std", "var_mean",
+                       "std_mean", "prod", "any", "all", "argmax", "argmin", "norm",
+                       "linalg_vector_norm", "nll_loss_forward", "nll_loss_backward",
+                       "nll_loss2d_forward", "logsumexp", "cumsum", "count_nonzero"})
+EMBEDDING = frozenset({"embedding", "embedding_dense_backward", "embedding_backward"})
+CAT = frozenset({"cat", "stack", "_cat"})
+INDEX = frozenset({"index", "index_select", "index_put_", "_index_put_impl_", "gather",
+                   "scatter", "scatter_", "scatter_add", "scatter_add_", "index_add_",
+                   "index_add", "index_copy_", "masked_fill_", "masked_fill", "masked_scatter_",
+                   "take", "nonzero", "masked_select", "unique", "_unique2", "bincount"})
+FACTORY = frozenset({"zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "fill_",
+                     "zero_", "arange", "rand", "randn", "randint", "rand_like", "randn_like",
+                     "normal_", "uniform_", "bernoulli_", "random_", "eye", "linspace",
+                     "scalar_tensor"})
+ALLOC = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
+                   "resize_"})
+FUSED_OPTIMIZERS = frozenset({"_fused_adamw_", "_fused_adam_", "_fused_sgd_", "_fused_adagrad_"})
+
+
+def family_of(name: str) -> str:
+    """The host-cost family of an aten op that launches a kernel, by its name without the
+    ``aten::`` namespace and overload (``mm``, ``_foreach_add_``)."""
+    if name.startswith("_foreach_") or name in FUSED_OPTIMIZERS:
+        return "foreach"
+    if "attention" in name or "scaled_dot_product" in name:
+        return "attention"
+    for family, names in (("matmul", MATMUL), ("matmul_bias", MATMUL_BIAS), ("norm", NORM),
+                          ("softmax", SOFTMAX), ("reduction", REDUCTION),
+                          ("embedding", EMBEDDING), ("cat", CAT), ("index", INDEX),
+                          ("factory", FACTORY), ("alloc", ALLOC)):
+        if name in names:
+            return family
+    return "elementwise_inplace" if name.endswith("_") else "elementwise"
+
+
+@dataclass(frozen=True)
+class HostCostTable:
+    """Reference-host CPU ns per operation (see the module doc); loaded by :func:`load_table`."""
+
+    reference: str
+    """The ``simulation.host_cpu`` reference host the table was measured on."""
+    script_call_ns: int
+    """A plain Python call of two arguments there: what the clock still counts of an op."""
+    families_ns: dict[str, int]
+    """Per family, one call of one op (``view`` for ops that launch nothing)."""
+    foreach_per_tensor_ns: int
+    """A foreach or fused-optimizer call's cost per tensor beyond the first."""
+    collectives_ns: dict[str, int]
+    """c10d's call path per collective (``default`` for ops without a row of their own)."""
+    provenance: dict[str, Any]
+
+    def scaled_to(self, reference: str) -> "HostCostTable":
+        """The table for another reference host (``simulation.host_cpu``), scaled by the two
+        hosts' ``torch_ops`` component of the host-speed benchmark (``intercept.host_speed``:
+        torch's CPU op dispatch, what these costs are made of)."""
+        if reference == self.reference:
+            return self
+        from intercept.host_speed import references
+
+        hosts = references().hosts
+        if reference not in hosts:
+            raise ValueError(f"unknown reference host {reference!r}; expected one of "
+                             f"{', '.join(sorted(hosts))}")
+        factor = (hosts[reference].components_ns["torch_ops"]
+                  / hosts[self.reference].components_ns["torch_ops"])
+
+        def scale(values: dict[str, int]) -> dict[str, int]:
+            return {k: round(v * factor) for k, v in values.items()}
+
+        return HostCostTable(reference, round(self.script_call_ns * factor),
+                             scale(self.families_ns), round(self.foreach_per_tensor_ns * factor),
+                             scale(self.collectives_ns),
+                             {**self.provenance, "scaled_from": self.reference,
+                              "scale_factor": round(factor, 4)})
+
+    def op_ns(self, name: str, *, launches: bool, tensors: int = 1) -> int:
+        """The charge for one intercepted aten op (``name`` without namespace and overload):
+        its family's reference cost less the script's Python call. ``launches``: whether it
+        launches a kernel (views and metadata ops do not); ``tensors``: the length of a foreach
+        op's first list."""
+        family = family_of(name) if launches else "view"
+        cost = self.families_ns[family]
+        if family == "foreach":
+            cost += self.foreach_per_tensor_ns * max(0, tensors - 1)
+        return max(0, cost - self.script_call_ns)
+
+    def collective_ns(self, op: str) -> int:
+        """The charge for issuing one collective through c10d (``all_reduce``, ``send``...)."""
+        cost = self.collectives_ns.get(op, self.collectives_ns["default"])
+        return max(0, cost - self.script_call_ns)
+
+
+def table_from_json(data: dict[str, Any]) -> HostCostTable:
+    """A table from its JSON form; names the bad key where one is missing."""
+    if data.get("version") != TABLE_VERSION:
+        raise ValueError(f"host cost table version {data.get('version')!r}; this code reads "
+                         f"version {TABLE_VERSION} (re-derive it with scripts/"
+                         "measure_host_costs.py --import-raw)")
+    families = {k: int(v) for k, v in data["families_ns"].items()}
+    needed = {"view", "elementwise", "elementwise_inplace", "foreach", "matmul", "matmul_bias",
+              "norm", "softmax", "reduction", "embedding", "cat", "index", "factory", "alloc",
+              "attention"}
+    missing = needed - families.keys()
+    if missing:
+        raise ValueError(f"host cost table: families_ns lacks {sorted(missing)}")
+    collectives = {k: int(v) for k, v in data["collectives_ns"].items()}
+    if "default" not in collectives:
+        raise ValueError("host cost table: collectives_ns lacks 'default'")
+    return HostCostTable(reference=str(data["reference"]),
+                         script_call_ns=int(data["script_call_ns"]), families_ns=families,
+                         foreach_per_tensor_ns=int(data["foreach_per_tensor_ns"]),
+                         collectives_ns=collectives, provenance=dict(data["provenance"]))
+
+
+@cache
+def load_table(path: Path = TABLE_PATH) -> HostCostTable:
+    """The shipped table (cached)."""
+    return table_from_json(json.loads(path.read_text()))
+
+
+def table_for(reference: str | None, gpu: str) -> HostCostTable:
+    """The shipped table for ``simulation.host_cpu`` ``reference``; ``None`` (reproducible mode)
+    or ``native`` (this machine's CPU, unscaled, for the script's Python) take the reference
+    host of ``gpu``, a catalogue key."""
+    from intercept.host_speed import NATIVE, references
+
+    if reference is None or reference == NATIVE:
+        reference = references().for_gpu(gpu).name
+    return load_table().scaled_to(reference)
+
+
+@dataclass(frozen=True, slots=True)
+class HostTimeSplit:
+    """A rank's host time by origin, in virtual ns (``summary.json``: ``ranks[].host_time``)."""
+
+    table_ns: int = 0
+    """Charged from the host-cost table (intercepted ops, collectives, kernel launches)."""
+    residual_ns: int = 0
+    """The script's own Python between intercepted ops, measured and converted to the reference
+    host (0 in reproducible mode, where a fixed cost per op stands for it)."""
+    fixed_ns: int = 0
+    """Reproducible mode's fixed cost per op (``simulation.cpu_time_per_op``)."""
+    steps: tuple[tuple[int, int, int], ...] = ()
+    """Per optimizer step (``torch.optim`` step hooks): ``(clock_ns at the step's end, table
+    ns, residual ns)`` spent since the previous step's end."""

@@ -1,0 +1,94 @@
+"""The host-cost table (``intercept.host_cost``) and the robust residual (``intercept.residual``)."""
+
+import json
+
+import pytest
+
+from intercept.clock import VirtualClock
+from intercept.host_cost import (TABLE_PATH, family_of, load_table, table_for, table_from_json)
+from intercept.host_speed import references
+from intercept.residual import ResidualSmoother
+
+
+def test_ops_fall_in_the_family_their_host_cost_was_measured_for() -> None:
+    assert [family_of(n) for n in ("mm", "addmm", "_foreach_add_", "_fused_adamw_",
+                                   "_scaled_dot_product_flash_attention_backward",
+                                   "native_layer_norm", "sum", "add_", "gelu", "zeros")] == [
+        "matmul", "matmul_bias", "foreach", "foreach", "attention", "norm", "reduction",
+        "elementwise_inplace", "elementwise", "factory"]
+
+
+def test_the_shipped_table_has_provenance_and_orders_costs_as_measured() -> None:
+    table = load_table()
+    for key in ("date", "gpu", "host_cpu", "torch", "script"):
+        assert table.provenance[key]
+    families = table.families_ns
+    assert families["view"] < families["elementwise_inplace"] < families["matmul"]
+    assert table.op_ns("t", launches=False) == families["view"] - table.script_call_ns
+    assert table.op_ns("mm", launches=False) == table.op_ns("view", launches=False)
+    assert table.op_ns("_foreach_mul_", launches=True, tensors=101) == (
+        families["foreach"] + 100 * table.foreach_per_tensor_ns - table.script_call_ns)
+    assert table.collective_ns("all_to_all") == (table.collectives_ns["default"]
+                                                 - table.script_call_ns)
+
+
+def test_another_reference_host_scales_the_table_by_its_op_dispatch_speed() -> None:
+    hosts = references().hosts
+    base = load_table()
+    other = next(name for name in hosts if name != base.reference)
+    scaled = table_for(other, "h100")
+    factor = hosts[other].components_ns["torch_ops"] / hosts[base.reference].components_ns[
+        "torch_ops"]
+    assert scaled.families_ns["matmul"] == round(base.families_ns["matmul"] * factor)
+    assert table_for(None, "h100").reference == references().for_gpu("h100").name
+
+
+def test_a_table_of_another_version_or_without_a_family_is_refused() -> None:
+    data = json.loads(TABLE_PATH.read_text())
+    with pytest.raises(ValueError, match="version"):
+        table_from_json({**data, "version": 99})
+    families = dict(data["families_ns"])
+    del families["matmul"]
+    with pytest.raises(ValueError, match="matmul"):
+        table_from_json({**data, "families_ns": families})
+
+
+def test_a_segment_charges_its_quietest_recent_reading() -> None:
+    counted = [0]
+    quiet_factor = [0.5]  # the fastest host-speed measurement so far: local ns count half
+    smoother = ResidualSmoother(lambda: counted[0], lambda ns: ns,
+                                lambda ns: round(ns * quiet_factor[0]), window=3)
+
+    def segment(cpu_ns: int) -> int:
+        counted[0] += cpu_ns
+        return cpu_ns + smoother.boundary("mm")  # what the clock keeps of it
+
+    assert smoother.boundary("mm") == 0  # the thread's first op starts its first segment
+    # a busy moment (300) is charged as the quietest reading so far; a quieter one lowers it
+    assert [segment(ns) for ns in (200, 300, 100, 200, 200, 200)] == [100, 100, 50, 50, 50, 100]
+
+
+def test_a_negative_correction_never_moves_a_reading_back() -> None:
+    clock = VirtualClock(epoch_ns=0, op_cost_ns=None)
+    clock.charge(1_000_000)
+    first = clock.now_ns()
+    clock.correct(-500_000)
+    assert clock.now_ns() >= first
+    clock.charge_table(2_000)
+    split = clock.host_split()
+    assert split.table_ns == 2_000 and split.fixed_ns == 0
+
+
+def test_c10d_collective_functions_run_in_the_simulators_time_while_installed() -> None:
+    """Their whole call is the table's collective cost: the wrapper must not count twice."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    from intercept.c10d_host import excluded_calls
+
+    original = dist.all_reduce
+    with excluded_calls():
+        assert dist.all_reduce is c10d.all_reduce is not original
+        assert dist.all_reduce.__wrapped__ is original  # type: ignore[attr-defined]
+        assert dist.all_gather_object is c10d.all_gather_object  # pickles for real: left alone
+    assert dist.all_reduce is c10d.all_reduce is original
