@@ -1,0 +1,31 @@
+"""The subcommands that work on a recorded run: ``replay`` (and the exports)."""
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+
+from phantora.errors import PhantoraError
+
+
+def run_subcommand(name: str, argv: list[str], console: Console) -> int:
+    from phantora.cli import report_error, simulate
+    from phantora.scenario import load_scenario
+
+    if name == "replay":
+        parser = argparse.ArgumentParser(
+            prog="phantora-ns3 replay",
+            description="re-simulate a recorded run (RUN_DIR/graph) on the scenario's cluster, "
+                        "network and NCCL settings, without running the script")
+        parser.add_argument("run_dir", type=Path, help="a live run's output folder")
+        parser.add_argument("scenario", type=Path, help="scenario YAML file (same rank count)")
+        parser.add_argument("--out", type=Path, default=None,
+                            help="output folder (default: out/<scenario name>-replay)")
+        args = parser.parse_args(argv)
+        try:
+            scenario = load_scenario(args.scenario)
+        except PhantoraError as error:
+            return report_error(error, console)
+        out_dir = args.out or Path("out") / f"{scenario.name}-replay"
+        return simulate(scenario, out_dir, console, replay_of=args.run_dir)
+    raise ValueError(f"unknown subcommand {name!r}")
