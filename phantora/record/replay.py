@@ -109,7 +109,7 @@ class ReplayResult:
 
 
 def replay(recording: Recording, topology: Topology, system: SystemInfo, nccl: NcclConfig,
-           backend: NetworkBackend, gpus_of_rank: Sequence[int], *, coverage: Coverage,
+           backend: NetworkBackend, gpus_of_rank: Sequence[int], *, coverage: Coverage | None,
            overlap: OverlapModel | None) -> ReplayResult:
     """Run the recorded graph through a live engine on ``backend``; raises what the engine
     raises (a deadlock, say, if the recording was edited into an inconsistent one)."""

@@ -19,7 +19,7 @@ def plot_sweep(rows: list[dict[str, Any]], keys: list[str], out_dir: Path,
         import matplotlib.pyplot as plt
     except ImportError:
         console.print("[dim]note: no plots: matplotlib is not installed "
-                      "(pip install -e '.[study]')[/dim]")
+                      "(pip install -e '.\\[study]')[/dim]")
         return []
     ok = [row for row in rows if row["status"] == "ok"]
     if not ok:

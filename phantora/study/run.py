@@ -108,9 +108,9 @@ def _execute(tasks: list[tuple[SweepPoint, dict[str, Any]]],
         import ray
     except ImportError:
         if address is not None:
-            console.print("[yellow]note:[/yellow] --address needs Ray: pip install -e '.[study]'")
+            console.print("[yellow]note:[/yellow] --address needs Ray: pip install -e '.\\[study]'")
         if len(tasks) > 1:
-            console.print("[dim]note: Ray is not installed (pip install -e '.[study]'); "
+            console.print("[dim]note: Ray is not installed (pip install -e '.\\[study]'); "
                           "running the points one after another[/dim]")
         for point, spec in tasks:
             done(point, spec, *run_point(spec, Path(spec["out"]) / "point.json"))
