@@ -1,7 +1,7 @@
 """``phantora-ns3 SCENARIO.yaml [--out DIR]``: the composition root.
 
 A scenario with a ``sweep:`` block runs every point (:mod:`phantora.study`); subcommands
-``replay``, ``export-chakra`` and ``export-aicb`` work on a recorded run (:mod:`phantora.record`).
+``replay`` and ``export-chakra`` work on a recorded run (:mod:`phantora.record`).
 
 Load and validate the scenario, build the topology and the network backend, run the
 workload (a collectives sweep, or a live training script), write ``DIR/summary.json`` (and
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     return simulate(scenario, args.out or Path("out") / scenario.name, console)
 
 
-SUBCOMMANDS = ("replay",)
+SUBCOMMANDS = ("replay", "export-chakra")
 
 
 def _console() -> Console:

@@ -1,4 +1,4 @@
-"""The subcommands that work on a recorded run: ``replay`` (and the exports)."""
+"""The subcommands that work on a recorded run: ``replay`` and ``export-chakra``."""
 
 import argparse
 from pathlib import Path
@@ -28,4 +28,24 @@ def run_subcommand(name: str, argv: list[str], console: Console) -> int:
             return report_error(error, console)
         out_dir = args.out or Path("out") / f"{scenario.name}-replay"
         return simulate(scenario, out_dir, console, replay_of=args.run_dir)
+    if name == "export-chakra":
+        parser = argparse.ArgumentParser(
+            prog="phantora-ns3 export-chakra",
+            description="write a recorded run as Chakra execution traces (one .et per rank "
+                        "and comm_group.json) for ASTRA-sim")
+        parser.add_argument("run_dir", type=Path, help="a live run's output folder")
+        parser.add_argument("--out", type=Path, default=None,
+                            help="output folder (default: RUN_DIR/chakra)")
+        parser.add_argument("--prefix", default="trace", help="file names <prefix>.<rank>.et")
+        args = parser.parse_args(argv)
+        from phantora.record.graph import load_recording
+        from phantora.study.chakra.export import export_chakra
+        try:
+            written = export_chakra(load_recording(args.run_dir),
+                                    args.out or args.run_dir / "chakra", args.prefix)
+        except PhantoraError as error:
+            return report_error(error, console)
+        console.print(f"wrote {len(written) - 1} Chakra traces and {written[-1]}",
+                      highlight=False)
+        return 0
     raise ValueError(f"unknown subcommand {name!r}")
