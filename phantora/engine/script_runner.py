@@ -61,7 +61,7 @@ def run_script(workload: ScriptWorkload, simulation: SimulationConfig, topology:
             gpus = gpus_of_ranks(workload, topology.gpus_per_host)
             engine = LiveEngine(topology, SystemInfo.from_topology(topology, gpu), nccl, backend,
                                 dict(enumerate(connections)), gpus,  # type: ignore[arg-type]
-                                coverage=coverage,
+                                coverage=coverage, record_flows=True,
                                 overlap=MEASURED_OVERLAP if simulation.overlap_slowdown else None)
             result = engine.run()
             write_recording(out_dir, logs, result, gpu.name, gpus)

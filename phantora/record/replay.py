@@ -118,7 +118,7 @@ def replay(recording: Recording, topology: Topology, system: SystemInfo, nccl: N
                for rank, (_, child) in enumerate(pipes)]
     engine = LiveEngine(topology, system, nccl, backend,
                         {rank: parent for rank, (parent, _) in enumerate(pipes)}, gpus_of_rank,
-                        coverage=coverage, overlap=overlap)
+                        coverage=coverage, overlap=overlap, record_flows=True)
     for driver in drivers:
         driver.start()
     try:
