@@ -16,7 +16,7 @@ the live run's measurement, not re-measured; tensor values are not carried.
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection
 from typing import Any
@@ -40,12 +40,6 @@ LIMITS = (
 _JOIN_S = 5.0
 
 
-@dataclass
-class _DriverState:
-    queries_differing: int = 0
-    error: BaseException | None = None
-
-
 class _RankDriver(threading.Thread):
     """Replays one rank's records against the engine (the rank side of the protocol)."""
 
@@ -55,15 +49,15 @@ class _RankDriver(threading.Thread):
         self._records = records
         self._conn = conn
         self._stats = stats
-        self.state = _DriverState()
+        self.queries_differing = 0
+        """``event.query()`` answers that differ from the live run's."""
 
     def run(self) -> None:
         try:
             self._replay()
         except (EOFError, OSError):
             pass  # the engine stopped (it raised, and says why)
-        except BaseException as error:  # noqa: BLE001 - handed to the engine as a crash
-            self.state.error = error
+        except Exception as error:  # noqa: BLE001 - the engine reports it as a crashed rank
             try:
                 self._conn.send(Batch(0, exit=Exit(1, f"replay driver: {error!r}")))
             except OSError:
@@ -83,7 +77,7 @@ class _RankDriver(threading.Thread):
                 ops = []
                 reply = self._await_reply()
                 if kind == "query":
-                    self.state.queries_differing += int(reply.value != record["value"])
+                    self.queries_differing += int(reply.value != record["value"])
                 else:
                     host_ns = max(host_ns, reply.time_ns)
             elif kind == "exit":
@@ -101,11 +95,10 @@ class _RankDriver(threading.Thread):
                 return message  # value deliveries (none are asked for) are skipped
 
 
-@dataclass
+@dataclass(frozen=True)
 class ReplayResult:
     result: LiveResult
     queries_differing: int = 0
-    notes: list[str] = field(default_factory=list)
 
 
 def replay(recording: Recording, topology: Topology, system: SystemInfo, nccl: NcclConfig,
@@ -130,7 +123,7 @@ def replay(recording: Recording, topology: Topology, system: SystemInfo, nccl: N
             driver.join(_JOIN_S)
         for _, child in pipes:
             child.close()
-    return ReplayResult(result, sum(d.state.queries_differing for d in drivers))
+    return ReplayResult(result, sum(d.queries_differing for d in drivers))
 
 
 def comparison(recording: Recording, replayed: ReplayResult) -> dict[str, Any]:

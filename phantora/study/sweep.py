@@ -61,10 +61,6 @@ class SweepPoint:
     def replayable(self) -> bool:
         return all(key.startswith(REPLAYABLE_PREFIXES) for key in self.values)
 
-    @property
-    def label(self) -> str:
-        return ", ".join(f"{key}={value}" for key, value in self.values.items())
-
 
 @dataclass(frozen=True)
 class Sweep:

@@ -11,6 +11,7 @@ import pytest
 from phantora.cluster.catalogue import lookup_gpu
 from phantora.collectives import NcclConfig, SystemInfo
 from phantora.engine.live import LiveEngine, LiveResult
+from phantora.errors import RankCrashed
 from phantora.network.base import NetworkBackend
 from phantora.record.graph import VERSION, RecordingError, load_recording
 from phantora.record.recorder import tap, write_recording
@@ -124,3 +125,11 @@ def test_old_or_missing_recordings_are_refused_clearly(tmp_path: Path) -> None:
     (tmp_path / "graph" / "rank1.jsonl").write_text("{not json\n")
     with pytest.raises(RecordingError, match="rank1.jsonl:1"):
         load_recording(tmp_path)
+
+
+def test_a_truncated_rank_stops_the_replay_with_its_reason(tmp_path: Path) -> None:
+    record([ddp_step, ddp_step], FixedRateBackend(gbps=100.0, latency_ns=500), tmp_path)
+    rank0 = tmp_path / "graph" / "rank0.jsonl"
+    rank0.write_text("".join(rank0.read_text().splitlines(keepends=True)[:-1]))  # no exit
+    with pytest.raises(RankCrashed, match="without an 'exit' record"):
+        replay_on(tmp_path, FixedRateBackend(gbps=100.0, latency_ns=500))
