@@ -159,10 +159,11 @@ def simulate(scenario: Scenario, out_dir: Path, console: Console,
         return 130
     if summary.ranks:
         console.print(ranks_table(summary.ranks, title=f"{scenario.name}: ranks"))
-        console.print(coverage_line(summary.compute_coverage), highlight=False)
+        if summary.compute_coverage:  # none for an imported trace
+            console.print(coverage_line(summary.compute_coverage), highlight=False)
     if summary.collectives:
         console.print(collectives_table(summary.collectives, title=scenario.name))
-    if summary.replay:
+    if summary.replay and summary.replay["difference_pct"] is not None:
         console.print(f"replay: {summary.simulated_ns / 1e6:.3f} ms simulated, live "
                       f"{summary.replay['live_simulated_ns'] / 1e6:.3f} ms "
                       f"({summary.replay['difference_pct']:+.2f}%)", highlight=False)

@@ -146,7 +146,7 @@ def comparison(recording: Recording, replayed: ReplayResult) -> dict[str, Any]:
         "live_simulated_ns": live_ns,
         "replay_simulated_ns": result.simulated_ns,
         "difference_pct": round(100.0 * (result.simulated_ns - live_ns) / live_ns, 3)
-        if live_ns else 0.0,
+        if live_ns else None,
         "rank_clock_ns": {"live": recording.meta["rank_clock_ns"],
                           "replay": [rank.clock_ns for rank in result.ranks]},
         "blocked_ns": {"live": blocked_live,

@@ -1,7 +1,7 @@
 """``phantora-ns3 replay RUN_DIR SCENARIO.yaml``: a recorded run on the scenario's cluster.
 
 Checks that the recording fits the scenario (same rank count, same GPU, since kernel times
-are replayed as recorded), replays it, and fills the same ``summary.json`` sections and trace
+are replayed as recorded; an imported Chakra trace fits any GPU), replays it, and fills the same ``summary.json`` sections and trace
 as a live run, plus a ``replay`` section saying where the two differ.
 """
 
@@ -34,7 +34,7 @@ def check_fits(recording: Recording, scenario: Scenario, gpu: GpuSpec) -> list[i
             f"{recording.path}: recorded {recording.world_size} ranks, but the scenario "
             f"{scenario.name!r} runs {workload.world_size} (hosts x nproc_per_node); a replay "
             "keeps the rank count: change the topology, not the number of ranks")
-    if recording.meta["gpu"] != gpu.name:
+    if recording.meta["gpu"] not in (None, gpu.name):
         raise RecordingError(
             f"{recording.path}: recorded on {recording.meta['gpu']}, but cluster.gpu is "
             f"{gpu.name!r}; kernel times are replayed as recorded, so another GPU needs a "
@@ -44,9 +44,13 @@ def check_fits(recording: Recording, scenario: Scenario, gpu: GpuSpec) -> list[i
 
 def replay_run(run_dir: Path, scenario: Scenario, summary: Summary, topology: Topology,
                gpu: GpuSpec, backend: NetworkBackend, out_dir: Path) -> None:
-    recording = load_recording(run_dir)
+    """Replay ``run_dir``: a recorded run, or a folder of Chakra ETs from another tool."""
+    from phantora.study.chakra.importer import chakra_files, load_chakra
+
+    chakra = run_dir.is_dir() and bool(chakra_files(run_dir))
+    recording = load_chakra(run_dir) if chakra else load_recording(run_dir)
     gpus = check_fits(recording, scenario, gpu)
-    coverage = Coverage(gpu)
+    coverage = None if chakra else Coverage(gpu)
     replayed = replay(recording, topology, SystemInfo.from_topology(topology, gpu),
                       nccl_config(scenario.nccl), backend, gpus, coverage=coverage,
                       overlap=MEASURED_OVERLAP if scenario.simulation.overlap_slowdown else None)

@@ -29,12 +29,14 @@ def collective_rows(records: list[CollectiveRecord]) -> list[CollectiveResult]:
     return rows
 
 
-def fill_live_summary(summary: Summary, result: LiveResult, coverage: Coverage,
+def fill_live_summary(summary: Summary, result: LiveResult, coverage: Coverage | None,
                       backend: NetworkBackend) -> None:
-    """The sections a live run (or a replay of one) adds to ``summary.json``."""
+    """The sections a live run (or a replay of one) adds to ``summary.json`` (no
+    ``compute_coverage`` without ``coverage``: an imported trace's kernel times are its own)."""
     summary.ranks = result.ranks
     summary.collectives = collective_rows(result.collectives)
-    summary.compute_coverage = coverage.to_dict()
+    if coverage is not None:
+        summary.compute_coverage = coverage.to_dict()
     summary.counts = dict(result.counts)
     ns3_s = float(backend.stats().extra.get("inter.run_cpu_s", 0.0))
     summary.cpu_seconds = {

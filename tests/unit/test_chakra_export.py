@@ -1,15 +1,17 @@
-"""Chakra export of a recording, decoded with protobuf: the fields ASTRA-sim's feeder reads."""
+"""Chakra export of a recording, decoded with protobuf (the fields ASTRA-sim's feeder reads),
+and the import of Chakra traces into replay."""
 
 import json
 from pathlib import Path
 
 import pytest
 
-from phantora.record.graph import load_recording
+from phantora.record.graph import RecordingError, load_recording
 from phantora.study.chakra.export import export_chakra
+from phantora.study.chakra.importer import load_chakra
 from tests.unit.fixed_rate import FixedRateBackend
 from tests.unit.test_live_engine import NCCL_STREAM, ScriptedRank
-from tests.unit.test_record_replay import record
+from tests.unit.test_record_replay import record, replay_on_recording
 
 pytest.importorskip("google.protobuf")
 from google.protobuf.internal.decoder import _DecodeVarint32  # noqa: E402
@@ -73,3 +75,25 @@ def test_export_writes_one_et_per_rank_with_the_fields_astra_sim_reads(tmp_path:
     after_sync = cpu[-1]
     assert after_sync.duration_micros == 40 and kernel.id in after_sync.data_deps
     assert nodes[-1].data_deps[-1] == after_sync.id  # the last kernel launched after it
+
+
+def test_an_exported_trace_imports_and_replays_close_to_the_live_run(tmp_path: Path) -> None:
+    """The round trip: live -> Chakra ET -> import -> replay on the same network. Chakra has
+    whole-µs durations and one stream per kind of work, so the match is close, not exact."""
+    live = record([step, step], FixedRateBackend(gbps=100.0, latency_ns=500), tmp_path)
+    export_chakra(load_recording(tmp_path), tmp_path / "et")
+    imported = load_chakra(tmp_path / "et")
+    assert imported.world_size == 2
+    kinds = [r.get("kind") for r in imported.ranks[0] if r["op"] == "collective"]
+    assert kinds == ["all_gather", "send"]
+    gather = next(r for r in imported.ranks[1] if r.get("kind") == "all_gather")
+    assert gather["bytes"] == 4 << 20 and gather["ranks"] == [0, 1]
+    _, replayed = replay_on_recording(imported, FixedRateBackend(gbps=100.0, latency_ns=500))
+    assert replayed.result.simulated_ns == pytest.approx(live.simulated_ns, rel=0.05)
+    assert len(replayed.result.collectives) == len(live.collectives)
+
+
+def test_a_damaged_trace_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "trace.0.et").write_bytes(b"\x05abc")
+    with pytest.raises(RecordingError, match="trace.0.et"):
+        load_chakra(tmp_path)

@@ -13,9 +13,9 @@ from phantora.collectives import NcclConfig, SystemInfo
 from phantora.engine.live import LiveEngine, LiveResult
 from phantora.errors import RankCrashed
 from phantora.network.base import NetworkBackend
-from phantora.record.graph import VERSION, RecordingError, load_recording
+from phantora.record.graph import VERSION, Recording, RecordingError, load_recording
 from phantora.record.recorder import tap, write_recording
-from phantora.record.replay import comparison, replay
+from phantora.record.replay import ReplayResult, comparison, replay
 from tests.unit.fixed_rate import FixedRateBackend
 from tests.unit.test_live_engine import NCCL_STREAM, Script, ScriptedRank, make_topology
 
@@ -45,8 +45,12 @@ def record(scripts: Sequence[Script], backend: NetworkBackend, out: Path) -> Liv
     return result
 
 
-def replay_on(out: Path, backend: NetworkBackend):  # noqa: ANN201 - ReplayResult
-    recording = load_recording(out)
+def replay_on(out: Path, backend: NetworkBackend) -> tuple[Recording, ReplayResult]:
+    return replay_on_recording(load_recording(out), backend)
+
+
+def replay_on_recording(recording: Recording, backend: NetworkBackend
+                        ) -> tuple[Recording, ReplayResult]:
     topology = make_topology(recording.world_size)
     gpu = lookup_gpu("h100")
     return recording, replay(recording, topology, SystemInfo.from_topology(topology, gpu),

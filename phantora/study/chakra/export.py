@@ -35,7 +35,7 @@ COMM_TYPES = {"all_reduce": "ALL_REDUCE", "reduce": "REDUCE", "all_gather": "ALL
 """Our collective names -> Chakra's ``CollectiveCommType``."""
 
 
-def _proto() -> Any:
+def proto() -> Any:
     try:
         from phantora.study.chakra import et_def_pb2
     except ImportError as error:
@@ -183,7 +183,7 @@ def comm_groups(recording: Recording) -> dict[tuple[int, ...], str]:
 
 def export_chakra(recording: Recording, out_dir: Path, prefix: str = "trace") -> list[Path]:
     """Write the ETs and ``comm_group.json`` to ``out_dir``; the paths written."""
-    pb = _proto()
+    pb = proto()
     out_dir.mkdir(parents=True, exist_ok=True)
     groups = comm_groups(recording)
     written = []
