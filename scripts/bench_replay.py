@@ -6,13 +6,14 @@ then replay the recording on the same scenario (``phantora-ns3 replay DIR SCENAR
 in a fresh process. Prints the simulated time of both, their difference (goal: within 5%), and
 the wall seconds of both (``summary.json`` ``wall_seconds.total``: from loading the scenario to
 writing the summary, ns-3's JIT compile included; the machine's other tenants make wall time
-noisy). ``--other KEY=VALUE`` also replays on a variant of the scenario (a dotted key, YAML
-value), to show what the replay is for.
+noisy). ``--other KEY=VALUE`` also replays the last scenario on a variant of itself (a dotted
+key, YAML value), to show what the replay is for.
 
 Usage:
   python scripts/bench_replay.py                                   # the two bundled examples
   python scripts/bench_replay.py scenarios/h100x2-gpt-ddp.yaml
-  python scripts/bench_replay.py --other cluster.network.nic_bandwidth=100Gbps
+  python scripts/bench_replay.py scenarios/h100x2-gpt-ddp.yaml \
+      scenarios/2x4-h100-rail-gpt-ddp.yaml --other cluster.network.nic_bandwidth=100Gbps
 """
 
 import argparse
@@ -26,9 +27,9 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from phantora.study.sweep import set_key
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's phantora, from anywhere
+from phantora.study.sweep import set_key  # noqa: E402
 DEFAULT = ("scenarios/h100x2-gpt-ddp.yaml", "scenarios/2x4-h100-rail-gpt-ddp.yaml")
 
 
@@ -56,7 +57,7 @@ def main() -> None:
             live = simulate([scenario, "--out", str(live_dir)])
             runs = [("live", live), ("replay", simulate(
                 ["replay", str(live_dir), scenario, "--out", str(live_dir) + "-replay"]))]
-            if args.other:
+            if args.other and scenario == args.scenarios[-1]:
                 key, value = args.other.split("=", 1)
                 data = yaml.safe_load((ROOT / scenario).read_text())
                 set_key(data, key, yaml.safe_load(value))

@@ -37,6 +37,7 @@ def plot_sweep(rows: list[dict[str, Any]], keys: list[str], out_dir: Path,
                 xs = [str(row[key]) for row in members if row[metric] is not None]
                 ys = [row[metric] for row in members if row[metric] is not None]
                 axis.plot(xs, ys, marker="o", label=name or None)
+            axis.ticklabel_format(axis="y", useOffset=False)  # absolute values on the axis
             axis.set_xlabel(key)
             axis.set_ylabel(label)
             axis.grid(alpha=0.3)

@@ -78,3 +78,11 @@ sweep: {parameters: {nccl.protocol: [ll, fast]}}
     good, bad = sweep.points
     assert good.scenario is not None and not good.error
     assert bad.scenario is None and "nccl.protocol" in bad.error
+
+
+@pytest.mark.parametrize("study", sorted((Path(__file__).resolve().parents[2] / "scenarios"
+                                          / "studies").glob("*.yaml")), ids=lambda p: p.stem)
+def test_bundled_studies_expand_to_valid_points(study: Path) -> None:
+    sweep = load_sweep(study)
+    assert sweep is not None and sweep.points
+    assert [point.error for point in sweep.points if point.error] == []
