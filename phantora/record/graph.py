@@ -73,7 +73,8 @@ def record_op(record: dict[str, Any], at_ns: int) -> Op:
 
 
 GPU_OPS = frozenset({"kernel", "event_record", "stream_wait", "collective"})
-"""Record ops that go on a GPU stream; the others (``sync``, ``query``, ``exit``) are host events."""
+"""Record ops that go on a GPU stream; the others (``sync``, ``query``, ``exit``) are host
+events."""
 
 
 def collective_key(record: dict[str, Any]) -> tuple[str, int, tuple[int, ...]]:

@@ -1,8 +1,9 @@
 """``phantora-ns3 replay RUN_DIR SCENARIO.yaml``: a recorded run on the scenario's cluster.
 
 Checks that the recording fits the scenario (same rank count, same GPU, since kernel times
-are replayed as recorded; an imported Chakra trace fits any GPU), replays it, and fills the same ``summary.json`` sections and trace
-as a live run, plus a ``replay`` section saying where the two differ.
+are replayed as recorded; an imported Chakra trace fits any GPU), replays it, and fills the
+same ``summary.json`` sections and trace as a live run, plus a ``replay`` section saying where
+the two differ.
 """
 
 from pathlib import Path

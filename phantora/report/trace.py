@@ -111,7 +111,8 @@ def _flow_events(result: LiveResult, pid: int) -> list[dict[str, Any]]:
     lanes: dict[int, list[int]] = defaultdict(list)  # source GPU -> each lane's end
     named: set[int] = set()
     rates: dict[int, list[tuple[int, float]]] = defaultdict(list)
-    for flow_id, flow in enumerate(sorted(result.flows, key=lambda f: (f.start_ns, f.src))):
+    shown = sorted(result.flows, key=lambda f: (f.start_ns, f.src))[:MAX_TRACE_FLOWS]
+    for flow_id, flow in enumerate(shown):
         ends = lanes[flow.src]
         lane = next((i for i, end in enumerate(ends) if end <= flow.start_ns), len(ends))
         ends[lane:lane + 1] = [flow.end_ns]
@@ -141,6 +142,9 @@ def _flow_events(result: LiveResult, pid: int) -> list[dict[str, Any]]:
     return events
 
 
+MAX_TRACE_FLOWS = 200_000
+"""Flows drawn at most (the earliest): long runs on large fabrics have millions, more than a
+browser loads; ``otherData.flows_left_out`` counts the rest."""
 _FLOW_TID_BASE = 1_000_000
 _MAX_LANES = 1000
 """Flow lanes per GPU in the trace (more concurrent flows share the last lane)."""
@@ -157,5 +161,7 @@ def write_trace(result: LiveResult, path: Path, *, flows: bool = True) -> None:
     """Write ``path`` (usually ``DIR/trace.json``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     document = {"traceEvents": trace_events(result, flows=flows), "displayTimeUnit": "ns",
-                "otherData": {"tool": "phantora-ns3", "simulated_ns": result.simulated_ns}}
+                "otherData": {"tool": "phantora-ns3", "simulated_ns": result.simulated_ns,
+                              "flows_left_out": max(0, len(result.flows) - MAX_TRACE_FLOWS)
+                              if flows else 0}}
     path.write_text(json.dumps(document, separators=(",", ":")) + "\n")

@@ -33,8 +33,9 @@ def record(scripts: Sequence[Script], backend: NetworkBackend, out: Path) -> Liv
     threads = [threading.Thread(target=body, args=pair, daemon=True)
                for pair in zip(scripts, ranks)]
     connections, logs = tap([parent for parent, _ in pipes])
-    engine = LiveEngine(topology, SystemInfo.from_topology(topology, lookup_gpu("h100")),
-                        NcclConfig(), backend, dict(enumerate(connections)),  # type: ignore[arg-type]
+    system = SystemInfo.from_topology(topology, lookup_gpu("h100"))
+    engine = LiveEngine(topology, system, NcclConfig(), backend,
+                        dict(enumerate(connections)),  # type: ignore[arg-type]
                         list(range(len(scripts))))
     for thread in threads:
         thread.start()

@@ -6,6 +6,9 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+import phantora.report.trace as trace
 from phantora.engine.live import LiveResult
 from phantora.report.trace import CPU_TID, trace_events, write_trace
 from tests.unit.test_live_engine import NCCL_STREAM, ScriptedRank, fluid, run
@@ -97,3 +100,13 @@ def test_network_flows_are_slices_with_arrows_from_their_collective(tmp_path: Pa
     assert document["displayTimeUnit"] == "ns"
     assert document["otherData"]["simulated_ns"] == result.simulated_ns
     assert len(document["traceEvents"]) == len(trace_events(result))
+
+
+def test_the_trace_draws_at_most_max_flows_and_counts_the_rest(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    result = _traced_run()
+    monkeypatch.setattr(trace, "MAX_TRACE_FLOWS", 1)
+    write_trace(result, tmp_path / "trace.json")
+    document = json.loads((tmp_path / "trace.json").read_text())
+    assert len([e for e in document["traceEvents"] if e.get("cat") == "flow"]) == 1
+    assert document["otherData"]["flows_left_out"] == len(result.flows) - 1
