@@ -47,7 +47,7 @@ def main() -> None:
     parser.add_argument("scenarios", nargs="*", default=DEFAULT)
     parser.add_argument("--other", default=None, help="KEY=VALUE for an extra replay")
     args = parser.parse_args()
-    table = Table(title="replay vs live (same scenario)")
+    table = Table(title="replay vs live")
     for column in ("scenario", "run", "simulated (ms)", "vs live", "wall (s)"):
         table.add_column(column, justify="left" if column in ("scenario", "run") else "right")
     with tempfile.TemporaryDirectory() as work:
