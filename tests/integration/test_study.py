@@ -31,7 +31,7 @@ def test_a_collectives_sweep_runs_every_point_and_keeps_failed_ones(tmp_path: Pa
     scenario.write_text(COLLECTIVES_SWEEP)
     assert main([str(scenario), "--out", str(tmp_path / "out")]) == 0
     table = rows(tmp_path / "out")
-    assert [row["status"] for row in table] == ["ok", "error", "ok", "error"]
+    assert [row["status"] for row in table] == ["ok", "error", "ok", "error"], table
     assert all(row["mode"] == "live" for row in table if row["status"] == "ok")
     assert "nccl.protocol" in table[1]["error"]
     slow, fast = float(table[0]["busbw_gbs"]), float(table[2]["busbw_gbs"])
