@@ -1,5 +1,8 @@
 """``phantora-ns3 SCENARIO.yaml [--out DIR]``: the composition root.
 
+A scenario with a ``sweep:`` block runs every point (:mod:`phantora.study`); subcommands
+``replay`` and ``export-chakra`` work on a recorded run (:mod:`phantora.record`).
+
 Load and validate the scenario, build the topology and the network backend, run the
 workload (a collectives sweep, or a live training script), write ``DIR/summary.json`` (and
 for scripts ``DIR/trace.json`` and ``DIR/ranks/rank<N>.log``) and print a table. Errors
@@ -45,8 +48,11 @@ def nccl_config(overrides: NcclOverrides) -> NcclConfig:
         nvls=overrides.nvls)
 
 
-def run_scenario(scenario: Scenario, out_dir: Path, console: Console) -> Summary:
-    """Simulate ``scenario`` and write ``out_dir/summary.json`` (and the trace for scripts)."""
+def run_scenario(scenario: Scenario, out_dir: Path, console: Console,
+                 replay_of: Path | None = None) -> Summary:
+    """Simulate ``scenario`` and write ``out_dir/summary.json`` (and the trace for scripts);
+    with ``replay_of``, replay that run's recorded execution graph on the scenario's cluster
+    instead of running the script (:mod:`phantora.record.replay`)."""
     wall_start = time.perf_counter()
     cluster = scenario.cluster
     topology = build_topology(cluster)
@@ -55,7 +61,10 @@ def run_scenario(scenario: Scenario, out_dir: Path, console: Console) -> Summary
     setup_s = time.perf_counter() - wall_start
     summary = Summary(scenario=scenario.echo(), workload=scenario.workload.kind)
     try:
-        if isinstance(scenario.workload, CollectivesWorkload):
+        if replay_of is not None:
+            from phantora.record.run import replay_run
+            replay_run(replay_of, scenario, summary, topology, gpu, backend, out_dir)
+        elif isinstance(scenario.workload, CollectivesWorkload):
             _sweep(scenario.workload, summary, topology, gpu, nccl_config(scenario.nccl),
                    backend, console)
         else:
@@ -85,7 +94,7 @@ def _script(workload: ScriptWorkload, scenario: Scenario, summary: Summary, topo
             gpu: GpuSpec, backend: NetworkBackend, out_dir: Path, console: Console) -> None:
     # Imported here: only script workloads need the launcher (and, in the ranks, torch).
     from phantora.engine.script_runner import run_script
-    from phantora.report.live_summary import collective_rows
+    from phantora.report.live_summary import fill_live_summary
     from phantora.report.trace import write_trace
 
     result, coverage = run_script(
@@ -93,47 +102,74 @@ def _script(workload: ScriptWorkload, scenario: Scenario, summary: Summary, topo
         out_dir, echo=lambda line: console.print(f"[dim]\\[rank0][/dim] {escape(line)}",
                                                  highlight=False, soft_wrap=True),
         seed=scenario.seed)
-    summary.ranks = result.ranks
-    summary.collectives = collective_rows(result.collectives)
-    summary.compute_coverage = coverage.to_dict()
-    summary.counts = dict(result.counts)
-    ns3_s = float(backend.stats().extra.get("inter.run_cpu_s", 0.0))
-    summary.cpu_seconds = {
-        "ranks_script": round(sum(r.script_cpu_ns for r in result.ranks) / 1e9, 3),
-        "ranks_simulator": round(sum(r.simulator_cpu_ns for r in result.ranks) / 1e9, 3),
-        "coordinator": round(time.process_time() - ns3_s, 3),
-        "ns3": round(ns3_s, 3)}
-    summary.simulated_ns = result.simulated_ns
+    fill_live_summary(summary, result, coverage, backend)
     write_trace(result, out_dir / "trace.json")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="phantora-ns3", description=__doc__.splitlines()[0])
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in SUBCOMMANDS:
+        from phantora.study.commands import run_subcommand
+        return run_subcommand(argv[0], argv[1:], _console())
+    parser = argparse.ArgumentParser(prog="phantora-ns3", description=__doc__.splitlines()[0],
+                                     epilog="subcommands: " + ", ".join(
+                                         f"phantora-ns3 {name} ..." for name in SUBCOMMANDS))
     parser.add_argument("scenario", type=Path, help="scenario YAML file")
     parser.add_argument("--out", type=Path, default=None,
                         help="output folder (default: out/<scenario name>)")
+    parser.add_argument("--address", default=None,
+                        help="sweeps: an existing Ray cluster's address (default: local)")
     args = parser.parse_args(argv)
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=120)  # keep table rows whole in logs and pipes
+    console = _console()
     try:
+        from phantora.study.sweep import load_sweep
+        sweep = load_sweep(args.scenario)
+        if sweep is not None:
+            from phantora.study.run import run_sweep
+            return run_sweep(sweep, args.out, console, address=args.address)
         scenario = load_scenario(args.scenario)
-        out_dir = args.out or Path("out") / scenario.name
-        summary = run_scenario(scenario, out_dir, console)
     except PhantoraError as error:
-        console.print(f"[red]error:[/red] {escape(str(error))}", highlight=False)
-        return 2 if isinstance(error, ScenarioError) else 1
+        return report_error(error, console)
+    return simulate(scenario, args.out or Path("out") / scenario.name, console)
+
+
+SUBCOMMANDS = ("replay", "export-chakra")
+
+
+def _console() -> Console:
+    console = Console()
+    return console if console.is_terminal else Console(width=120)  # whole rows in logs
+
+
+def report_error(error: PhantoraError, console: Console) -> int:
+    """One line for a deliberate error; exit 2 for bad inputs, 1 otherwise."""
+    console.print(f"[red]error:[/red] {escape(str(error))}", highlight=False)
+    return 2 if isinstance(error, ScenarioError) else 1
+
+
+def simulate(scenario: Scenario, out_dir: Path, console: Console,
+             replay_of: Path | None = None) -> int:
+    """Run (or replay) ``scenario``, print its tables; the process exit code."""
+    try:
+        summary = run_scenario(scenario, out_dir, console, replay_of)
+    except PhantoraError as error:
+        return report_error(error, console)
     except KeyboardInterrupt:
         console.print("interrupted: every rank stopped")
         return 130
     if summary.ranks:
         console.print(ranks_table(summary.ranks, title=f"{scenario.name}: ranks"))
-        console.print(coverage_line(summary.compute_coverage), highlight=False)
+        if summary.compute_coverage:  # none for an imported trace
+            console.print(coverage_line(summary.compute_coverage), highlight=False)
     if summary.collectives:
         console.print(collectives_table(summary.collectives, title=scenario.name))
     for fabric in (fabric_line(summary.network), hot_ports_table(summary.network)):
         if fabric is not None:
             console.print(fabric, highlight=False)
+    if summary.replay and summary.replay["difference_pct"] is not None:
+        console.print(f"replay: {summary.simulated_ns / 1e6:.3f} ms simulated, live "
+                      f"{summary.replay['live_simulated_ns'] / 1e6:.3f} ms "
+                      f"({summary.replay['difference_pct']:+.2f}%)", highlight=False)
     console.print(f"simulated in {summary.wall_seconds['total']:.2f} s wall; "
                   f"wrote {out_dir / 'summary.json'}")
     return 0

@@ -2,6 +2,7 @@
 
     PhantoraError
     ├── ScenarioError          a scenario file is malformed (names file, key path, value, fix)
+    │   └── RecordingError     an execution graph is missing, damaged, old, or does not fit
     ├── CatalogueError         an unknown or inconsistent hardware catalogue entry
     ├── MissingDependencyError an optional dependency (ns3, torch) is not installed
     └── SimulationError        something went wrong while simulating

@@ -59,7 +59,7 @@ from phantora.collectives import (
 from phantora.compute import Coverage
 from phantora.engine.dag_runner import FOREVER_NS, DagDone, FlowScheduler
 from phantora.engine.deadlock import deadlock_report
-from phantora.engine.matching import Matcher, PendingCollective
+from phantora.engine.matching import CollectiveKey, Matcher, PendingCollective
 from phantora.engine.overlap import MEASURED_OVERLAP, OverlapModel
 from phantora.engine.streams import KERNEL_GAP_NS, Completion, KernelSpan, RankDevice
 from phantora.errors import DeadlockError, RankCrashed, SimulationError
@@ -124,6 +124,8 @@ class NetworkFlow:
     end_ns: int
     collective: str
     """The collective it belongs to, e.g. ``all_reduce (group 'default', seq 3, 4096 bytes)``."""
+    key: tuple[str, str, int, int, int] = ("", "", 0, 0, 0)
+    """That collective's matching key (:data:`~phantora.engine.matching.CollectiveKey`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,7 +266,7 @@ class LiveEngine:
         self._records: list[CollectiveRecord] = []
         self._member_spans: list[CollectiveSpan] = []
         self._blocked: list[BlockedSpan] = []
-        self._labels: dict[int, str] = {}
+        self._labels: dict[int, tuple[str, CollectiveKey]] = {}
         self._counts: Counter[str] = Counter()
 
     def run(self) -> LiveResult:
@@ -480,7 +482,7 @@ class LiveEngine:
         dag = FlowDag(algorithm="local") if request is None else self._plan(request, collective)
         ticket = self._scheduler.submit(dag, collective.start_ns, collective.key)
         self._running[ticket] = (collective, dag)
-        self._labels[ticket] = collective.describe()
+        self._labels[ticket] = (collective.describe(), collective.key)
 
     def _plan(self, request: CollectiveRequest, collective: PendingCollective) -> FlowDag:
         """The NCCL model's DAG, cached: a training step repeats the same collectives (the
@@ -547,7 +549,7 @@ class LiveEngine:
                  for rank in self._ranks]
         kernels = sorted((span for rank in self._ranks for span in rank.device.spans),
                          key=lambda s: (s.rank, s.stream, s.start_ns, s.end_ns, s.name))
-        flows = [NetworkFlow(f.src, f.dst, f.nbytes, f.start_ns, f.end_ns, self._labels[f.ticket])
+        flows = [NetworkFlow(f.src, f.dst, f.nbytes, f.start_ns, f.end_ns, *self._labels[f.ticket])
                  for f in self._scheduler.flows]
         counts = dict(sorted(self._counts.items()))
         counts["flows"] = sum(record.flows for record in self._records)

@@ -20,6 +20,7 @@ from phantora.cpu_affinity import pinned
 from phantora.engine.live import LiveEngine, LiveResult
 from phantora.engine.overlap import MEASURED_OVERLAP
 from phantora.network.base import NetworkBackend
+from phantora.record.recorder import tap, write_recording
 from phantora.scenario import ScriptWorkload, SimulationConfig
 
 REPRODUCIBLE_EPOCH_NS = 1_767_225_600 * 10**9
@@ -36,8 +37,9 @@ def gpus_of_ranks(workload: ScriptWorkload, gpus_per_host: int) -> list[int]:
 def run_script(workload: ScriptWorkload, simulation: SimulationConfig, topology: Topology,
                gpu: GpuSpec, nccl: NcclConfig, backend: NetworkBackend, out_dir: Path,
                echo: Callable[[str], None], seed: int = 0) -> tuple[LiveResult, Coverage]:
-    """Run the script on every rank to completion (``seed``: the value model's); raises
-    DeadlockError / RankCrashed."""
+    """Run the script on every rank to completion (``seed``: the value model's) and record its
+    execution graph to ``out_dir/graph`` (:mod:`phantora.record`); raises DeadlockError /
+    RankCrashed."""
     coverage = Coverage(gpu)
     launcher = Launcher(workload.script, workload.args, workload.env, workload.world_size,
                         workload.nproc_per_node, gpu, out_dir,
@@ -55,12 +57,14 @@ def run_script(workload: ScriptWorkload, simulation: SimulationConfig, topology:
                                        daemon=True)
         echo_thread.start()
         try:
+            connections, logs = tap(launcher.connections)
+            gpus = gpus_of_ranks(workload, topology.gpus_per_host)
             engine = LiveEngine(topology, SystemInfo.from_topology(topology, gpu), nccl, backend,
-                                dict(enumerate(launcher.connections)),
-                                gpus_of_ranks(workload, topology.gpus_per_host),
-                                coverage=coverage,
+                                dict(enumerate(connections)), gpus,  # type: ignore[arg-type]
+                                coverage=coverage, record_flows=True,
                                 overlap=MEASURED_OVERLAP if simulation.overlap_slowdown else None)
             result = engine.run()
+            write_recording(out_dir, logs, result, gpu.name, gpus)
         finally:
             stop_echo.set()
             echo_thread.join()

@@ -1,10 +1,13 @@
 """The ``summary.json`` sections of a live run, built from the engine's :class:`LiveResult`."""
 
+import time
 from collections import defaultdict
 
+from phantora.compute import Coverage
 from phantora.engine.benchmark import bus_factor
-from phantora.engine.live import CollectiveRecord
-from phantora.report.summary import CollectiveResult
+from phantora.engine.live import CollectiveRecord, LiveResult
+from phantora.network.base import NetworkBackend
+from phantora.report.summary import CollectiveResult, Summary
 
 
 def collective_rows(records: list[CollectiveRecord]) -> list[CollectiveResult]:
@@ -24,3 +27,21 @@ def collective_rows(records: list[CollectiveRecord]) -> list[CollectiveResult]:
             busbw_gbs=algbw * bus_factor(op, nranks), algorithm=algorithm, protocol=protocol,
             channels=channels, flows=max(r.flows for r in members), count=len(members)))
     return rows
+
+
+def fill_live_summary(summary: Summary, result: LiveResult, coverage: Coverage | None,
+                      backend: NetworkBackend) -> None:
+    """The sections a live run (or a replay of one) adds to ``summary.json`` (no
+    ``compute_coverage`` without ``coverage``: an imported trace's kernel times are its own)."""
+    summary.ranks = result.ranks
+    summary.collectives = collective_rows(result.collectives)
+    if coverage is not None:
+        summary.compute_coverage = coverage.to_dict()
+    summary.counts = dict(result.counts)
+    ns3_s = float(backend.stats().extra.get("inter.run_cpu_s", 0.0))
+    summary.cpu_seconds = {
+        "ranks_script": round(sum(r.script_cpu_ns for r in result.ranks) / 1e9, 3),
+        "ranks_simulator": round(sum(r.simulator_cpu_ns for r in result.ranks) / 1e9, 3),
+        "coordinator": round(time.process_time() - ns3_s, 3),
+        "ns3": round(ns3_s, 3)}
+    summary.simulated_ns = result.simulated_ns

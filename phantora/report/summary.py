@@ -59,6 +59,9 @@ class Summary:
     simulated_ns: int = 0
     wall_seconds: dict[str, float] = field(default_factory=dict)
     peak_rss_bytes: int = 0
+    replay: dict[str, Any] = field(default_factory=dict)
+    """Replays only (``phantora-ns3 replay``): the recording and where the replay differs
+    from the live run (:func:`phantora.record.replay.comparison`)."""
     schema_version: int = SCHEMA_VERSION
     tool: str = "phantora-ns3"
     version: str = __version__

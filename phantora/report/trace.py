@@ -6,18 +6,19 @@ name; collectives by op with bytes, group, seq, algorithm and protocol in ``args
 streams first, then the streams that carry collectives, marked ``(NCCL)``. A
 collective's slice runs from when its stream reached it - waiting for the other members
 included, as a real NCCL kernel spins - to its end; ``args.transfer_start_ns`` says when the
-data started moving. Optionally one more process, ``network``, holds every flow as an async
-slice (flows overlap, so they cannot share a plain thread), one track per source GPU.
+data started moving. When the engine recorded flows, one more process, ``network``, holds every
+flow as a slice on lanes per source GPU, with a flow arrow from its collective's slice on the
+sending rank, and per source GPU a counter track of the rate it injects.
 
 Times in the format's unit, microseconds, with ns precision.
 """
 
 import json
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from phantora.engine.live import LiveResult
+from phantora.engine.live import CollectiveRecord, LiveResult
 
 CPU_TID = 0
 
@@ -99,19 +100,68 @@ def trace_events(result: LiveResult, *, flows: bool = True) -> list[dict[str, An
 
 
 def _flow_events(result: LiveResult, pid: int) -> list[dict[str, Any]]:
+    """Flows as slices on lanes per source GPU (greedy: a flow takes the first lane free at
+    its start, so slices on one track never overlap), an arrow from each collective's slice on
+    the sending rank's stream to each of its flows, and per source GPU a counter of the rate it
+    injects (each flow's bytes spread evenly over its lifetime)."""
     events = [_name("process_name", pid, "network"), _order("process_sort_index", pid, pid)]
-    for flow_id, flow in enumerate(result.flows):
-        common = {"name": f"GPU {flow.src} -> {flow.dst}", "cat": f"gpu{flow.src}", "pid": pid,
-                  "tid": flow.src, "id": flow_id}
-        events.append({**common, "ph": "b", "ts": _us(flow.start_ns),
-                       "args": {"bytes": flow.nbytes, "collective": flow.collective}})
-        events.append({**common, "ph": "e", "ts": _us(flow.end_ns)})
+    rank_of_gpu = {rank.gpu: rank.rank for rank in result.ranks}
+    spans = {(span.rank, _key(span.record)): span for span in result.collective_spans}
+    threads = {key: tid for key, (tid, _) in _stream_threads(result).items()}
+    lanes: dict[int, list[int]] = defaultdict(list)  # source GPU -> each lane's end
+    named: set[int] = set()
+    rates: dict[int, list[tuple[int, float]]] = defaultdict(list)
+    shown = sorted(result.flows, key=lambda f: (f.start_ns, f.src))[:MAX_TRACE_FLOWS]
+    for flow_id, flow in enumerate(shown):
+        ends = lanes[flow.src]
+        lane = next((i for i, end in enumerate(ends) if end <= flow.start_ns), len(ends))
+        ends[lane:lane + 1] = [flow.end_ns]
+        tid = _FLOW_TID_BASE + flow.src * _MAX_LANES + min(lane, _MAX_LANES - 1)
+        if tid not in named:
+            named.add(tid)
+            events.append(_name("thread_name", pid, f"GPU {flow.src} flows (lane {lane})", tid))
+            events.append(_order("thread_sort_index", pid, tid, tid))
+        events.append(_slice(f"GPU {flow.src} -> {flow.dst}", "flow", pid, tid, flow.start_ns,
+                             flow.end_ns, {"bytes": flow.nbytes, "collective": flow.collective}))
+        span = spans.get((rank_of_gpu.get(flow.src, -1), flow.key))
+        if span is not None:
+            common = {"name": "flow", "cat": "network", "id": flow_id}
+            events.append({**common, "ph": "s", "pid": span.rank,
+                           "tid": threads[(span.rank, span.stream)], "ts": _us(flow.start_ns)})
+            events.append({**common, "ph": "f", "bp": "e", "pid": pid, "tid": tid,
+                           "ts": _us(flow.start_ns)})
+        if flow.end_ns > flow.start_ns:
+            gbps = flow.nbytes * 8 / (flow.end_ns - flow.start_ns)
+            rates[flow.src] += [(flow.start_ns, gbps), (flow.end_ns, -gbps)]
+    for gpu, changes in sorted(rates.items()):
+        level = 0.0
+        for time_ns, delta in sorted(changes):
+            level += delta
+            events.append({"ph": "C", "name": f"GPU {gpu} injected Gbit/s", "pid": pid,
+                           "ts": _us(time_ns), "args": {"Gbit/s": round(max(level, 0.0), 3)}})
     return events
+
+
+MAX_TRACE_FLOWS = 200_000
+"""Flows drawn at most (the earliest): long runs on large fabrics have millions, more than a
+browser loads; ``otherData.flows_left_out`` counts the rest."""
+_FLOW_TID_BASE = 1_000_000
+_MAX_LANES = 1000
+"""Flow lanes per GPU in the trace (more concurrent flows share the last lane)."""
+
+
+def _key(record: CollectiveRecord) -> tuple[str, str, int, int, int]:
+    """The matching key of a finished collective (what its flows carry)."""
+    if record.op == "send_recv":
+        return ("p2p", record.group, record.ranks[0], record.ranks[1], record.seq)
+    return ("coll", record.group, 0, 0, record.seq)
 
 
 def write_trace(result: LiveResult, path: Path, *, flows: bool = True) -> None:
     """Write ``path`` (usually ``DIR/trace.json``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     document = {"traceEvents": trace_events(result, flows=flows), "displayTimeUnit": "ns",
-                "otherData": {"tool": "phantora-ns3", "simulated_ns": result.simulated_ns}}
+                "otherData": {"tool": "phantora-ns3", "simulated_ns": result.simulated_ns,
+                              "flows_left_out": max(0, len(result.flows) - MAX_TRACE_FLOWS)
+                              if flows else 0}}
     path.write_text(json.dumps(document, separators=(",", ":")) + "\n")

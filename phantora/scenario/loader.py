@@ -26,6 +26,15 @@ _YAML_HINTS = (
 
 def load_scenario(path: str | Path) -> Scenario:
     """Read, validate and resolve the scenario file at ``path``."""
+    data = load_scenario_data(path)
+    if data is None:
+        raise ScenarioError(f"{path}: the file is empty; expected a mapping with keys "
+                            + ", ".join(ScenarioSpec.model_fields))
+    return parse_scenario(data, str(path))
+
+
+def load_scenario_data(path: str | Path) -> Any:
+    """The scenario file at ``path`` as YAML data, not yet validated."""
     source = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -37,11 +46,7 @@ def load_scenario(path: str | Path) -> Scenario:
                             "save the file as UTF-8") from None
     except OSError as err:
         raise ScenarioError(f"{source}: cannot read the file: {err.strerror}") from None
-    data = parse_yaml(text, source)
-    if data is None:
-        raise ScenarioError(f"{source}: the file is empty; expected a mapping with keys "
-                            + ", ".join(ScenarioSpec.model_fields))
-    return parse_scenario(data, source)
+    return parse_yaml(text, source)
 
 
 def parse_scenario(data: dict[str, Any], source: str) -> Scenario:

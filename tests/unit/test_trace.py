@@ -6,6 +6,9 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+import phantora.report.trace as trace
 from phantora.engine.live import LiveResult
 from phantora.report.trace import CPU_TID, trace_events, write_trace
 from tests.unit.test_live_engine import NCCL_STREAM, ScriptedRank, fluid, run
@@ -69,16 +72,41 @@ def test_slices_on_one_thread_never_overlap() -> None:
         assert all(end <= next_start for (_, end), (next_start, _) in pairwise(spans))
 
 
-def test_network_flows_are_async_slices_and_can_be_left_out(tmp_path: Path) -> None:
+def test_network_flows_are_slices_with_arrows_from_their_collective(tmp_path: Path) -> None:
     result = _traced_run()
-    begins, ends = (_by_phase(trace_events(result), phase) for phase in ("b", "e"))
-    assert len(begins) == len(ends) == len(result.flows) > 0
-    assert {e["args"]["collective"] for e in begins} == {
+    events = trace_events(result)
+    flows = [e for e in _by_phase(events, "X") if e["cat"] == "flow"]
+    assert len(flows) == len(result.flows) > 0
+    assert all(e["pid"] == 2 for e in flows)
+    assert {e["args"]["collective"] for e in flows} == {
         "all_reduce (group 'default', seq 0, 1048576 bytes)"}
-    assert not _by_phase(trace_events(result, flows=False), "b")
+    starts, finishes = _by_phase(events, "s"), _by_phase(events, "f")
+    assert len(starts) == len(finishes) == len(flows)
+    collective = {(e["pid"], e["tid"]): e for e in _by_phase(events, "X")
+                  if e["name"] == "all_reduce"}
+    for start in starts:  # each arrow leaves from inside the sender's collective slice
+        source = collective[(start["pid"], start["tid"])]
+        assert source["ts"] <= start["ts"] <= source["ts"] + source["dur"]
+    for finish in finishes:  # ... and lands on the flow's slice
+        assert any(f["tid"] == finish["tid"] and f["ts"] == finish["ts"] for f in flows)
+    counters = _by_phase(events, "C")
+    assert {c["name"] for c in counters} == {"GPU 0 injected Gbit/s", "GPU 1 injected Gbit/s"}
+    assert max(c["args"]["Gbit/s"] for c in counters) > 0
+    assert counters[-1]["args"]["Gbit/s"] == 0  # every flow has ended
+    assert not [e for e in trace_events(result, flows=False) if e.get("cat") == "flow"]
 
     write_trace(result, tmp_path / "out" / "trace.json")
     document = json.loads((tmp_path / "out" / "trace.json").read_text())
     assert document["displayTimeUnit"] == "ns"
     assert document["otherData"]["simulated_ns"] == result.simulated_ns
     assert len(document["traceEvents"]) == len(trace_events(result))
+
+
+def test_the_trace_draws_at_most_max_flows_and_counts_the_rest(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    result = _traced_run()
+    monkeypatch.setattr(trace, "MAX_TRACE_FLOWS", 1)
+    write_trace(result, tmp_path / "trace.json")
+    document = json.loads((tmp_path / "trace.json").read_text())
+    assert len([e for e in document["traceEvents"] if e.get("cat") == "flow"]) == 1
+    assert document["otherData"]["flows_left_out"] == len(result.flows) - 1

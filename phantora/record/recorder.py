@@ -1,0 +1,110 @@
+"""Records a live run's execution graph by tapping each rank's connection to the engine.
+
+:class:`RecordingConnection` stands in for a rank's ``Connection`` in the engine: it passes
+every message through unchanged and keeps, per rank, the ops the engine consumed, each with
+the host gap before it (script CPU time), and each sync with the reply it got (time blocked).
+The engine is not modified: what it reads is, by construction, what is recorded.
+"""
+
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from intercept.protocol import Batch, RankStats, Reply
+from phantora.engine.live import LiveResult
+from phantora.record.graph import GRAPH_DIR, collective_key, op_record, stats_dict, write_graph
+
+
+class RankLog:
+    """One rank's records, built from the batches it sent and the replies it got."""
+
+    def __init__(self) -> None:
+        self.records: list[dict[str, Any]] = []
+        self.stats = RankStats()
+        self._host_ns = 0
+        """The rank's clock after its last host event (op, sync answer)."""
+        self._sync: dict[str, Any] | None = None
+
+    def batch(self, batch: Batch) -> None:
+        for op in batch.ops:
+            self.records.append(op_record(op, op.at_ns - self._host_ns))
+            self._host_ns = op.at_ns
+        if batch.sync is not None:
+            sync = batch.sync
+            kind = "query" if sync.kind == "query" else "sync"
+            self._sync = {"op": kind, "t_ns": sync.at_ns, "cpu_ns": sync.at_ns - self._host_ns,
+                          "target": sync.target}
+            if kind == "sync":
+                self._sync["kind"] = sync.kind
+            self._host_ns = sync.at_ns
+        if batch.exit is not None:
+            self.stats = batch.exit.stats
+            self.records.append({"op": "exit", "t_ns": batch.clock_ns,
+                                 "cpu_ns": batch.clock_ns - self._host_ns})
+
+    def reply(self, reply: Reply) -> None:
+        sync = self._sync
+        if sync is None:
+            return
+        self._sync = None
+        if sync["op"] == "query":
+            sync["value"] = reply.value
+        else:
+            sync["reply_ns"] = reply.time_ns
+            sync["blocked_ns"] = max(0, reply.time_ns - sync["t_ns"])
+            self._host_ns = max(self._host_ns, reply.time_ns)
+        self.records.append(sync)
+
+
+class RecordingConnection:
+    """A rank's connection, seen by the engine, that logs what passes through it."""
+
+    def __init__(self, conn: Connection, log: RankLog) -> None:
+        self._conn = conn
+        self._log = log
+
+    def fileno(self) -> int:
+        return self._conn.fileno()
+
+    def poll(self, timeout: float = 0.0) -> bool:
+        return self._conn.poll(timeout)
+
+    def recv(self) -> Any:
+        message = self._conn.recv()
+        if isinstance(message, Batch):
+            self._log.batch(message)
+        return message
+
+    def send(self, message: Any) -> None:
+        if isinstance(message, Reply):
+            self._log.reply(message)
+        self._conn.send(message)
+
+
+def tap(connections: Sequence[Connection]) -> tuple[list[RecordingConnection], list[RankLog]]:
+    """Recording stand-ins for the ranks' connections, and the logs they fill."""
+    logs = [RankLog() for _ in connections]
+    return [RecordingConnection(conn, log) for conn, log in zip(connections, logs)], logs
+
+
+def write_recording(out_dir: Path, logs: Sequence[RankLog], result: LiveResult,
+                    gpu: str, gpus_of_rank: Sequence[int]) -> None:
+    """``out_dir/graph``: each rank's records, collectives annotated with what the NCCL
+    model chose for them (algorithm, protocol, channels, flows) and when they ran."""
+    chosen = {(r.group, r.seq, r.ranks if r.op == "send_recv" else ()): r
+              for r in result.collectives}
+    for log in logs:
+        for record in log.records:
+            if record["op"] == "collective":
+                ran = chosen.get(collective_key(record))
+                if ran is not None:
+                    record.update(algorithm=ran.algorithm, protocol=ran.protocol,
+                                  channels=ran.channels, flows=ran.flows,
+                                  start_ns=ran.start_ns, end_ns=ran.end_ns)
+    meta = {"world_size": len(logs), "gpu": gpu, "gpus_of_rank": list(gpus_of_rank),
+            "simulated_ns": result.simulated_ns,
+            "rank_clock_ns": [rank.clock_ns for rank in result.ranks],
+            "rank_stats": [stats_dict(log.stats) for log in logs],
+            "collectives": len(result.collectives)}
+    write_graph(out_dir / GRAPH_DIR, meta, (log.records for log in logs))

@@ -1,0 +1,50 @@
+"""The subcommands that work on a recorded run: ``replay`` and ``export-chakra``."""
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+
+from phantora.errors import PhantoraError
+
+
+def _parser(name: str, description: str, default_out: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=f"phantora-ns3 {name}", description=description)
+    parser.add_argument("run_dir", type=Path, help="a live run's output folder")
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"output folder (default: {default_out})")
+    return parser
+
+
+def run_subcommand(name: str, argv: list[str], console: Console) -> int:
+    from phantora.cli import report_error, simulate
+    from phantora.record.graph import load_recording
+    from phantora.scenario import load_scenario
+
+    if name == "replay":
+        parser = _parser(name, "re-simulate a recorded run (RUN_DIR/graph) on the scenario's "
+                         "cluster, network and NCCL settings, without running the script",
+                         "out/<scenario name>-replay")
+        parser.add_argument("scenario", type=Path, help="scenario YAML file (same rank count)")
+        args = parser.parse_args(argv)
+        try:
+            scenario = load_scenario(args.scenario)
+        except PhantoraError as error:
+            return report_error(error, console)
+        out_dir = args.out or Path("out") / f"{scenario.name}-replay"
+        return simulate(scenario, out_dir, console, replay_of=args.run_dir)
+    if name == "export-chakra":
+        from phantora.study.chakra.export import export_chakra
+        parser = _parser(name, "write a recorded run as Chakra execution traces (one .et per "
+                         "rank and comm_group.json) for ASTRA-sim", "RUN_DIR/chakra")
+        parser.add_argument("--prefix", default="trace", help="file names <prefix>.<rank>.et")
+        args = parser.parse_args(argv)
+        try:
+            written = export_chakra(load_recording(args.run_dir),
+                                    args.out or args.run_dir / "chakra", args.prefix)
+        except PhantoraError as error:
+            return report_error(error, console)
+        console.print(f"wrote {len(written) - 1} Chakra traces and {written[-1]}",
+                      highlight=False)
+        return 0
+    raise ValueError(f"unknown subcommand {name!r}")

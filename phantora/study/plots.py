@@ -1,0 +1,51 @@
+"""Sweep plots (matplotlib, the ``study`` extra): simulated time and busbw against each swept
+key, one line per combination of the other keys."""
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+METRICS = (("simulated_ms", "simulated time (ms)"), ("busbw_gbs", "busbw (GB/s, time-weighted)"))
+
+
+def plot_sweep(rows: list[dict[str, Any]], keys: list[str], out_dir: Path,
+               console: Console) -> list[Path]:
+    """One PNG per swept key; none (with a note) without matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        console.print("[dim]note: no plots: matplotlib is not installed "
+                      "(pip install -e '.\\[study]')[/dim]")
+        return []
+    ok = [row for row in rows if row["status"] == "ok"]
+    if not ok:
+        return []
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for key in keys:
+        others = [k for k in keys if k != key]
+        series: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for row in ok:
+            series[", ".join(f"{k}={row[k]}" for k in others)].append(row)
+        figure, axes = plt.subplots(1, len(METRICS), figsize=(6 * len(METRICS), 4))
+        for axis, (metric, label) in zip(axes, METRICS):
+            for name, members in sorted(series.items()):
+                xs = [str(row[key]) for row in members if row[metric] is not None]
+                ys = [row[metric] for row in members if row[metric] is not None]
+                axis.plot(xs, ys, marker="o", label=name or None)
+            axis.ticklabel_format(axis="y", useOffset=False)  # absolute values on the axis
+            axis.set_xlabel(key)
+            axis.set_ylabel(label)
+            axis.grid(alpha=0.3)
+            if others:
+                axis.legend(fontsize="small")
+        figure.tight_layout()
+        path = out_dir / f"{key.replace('.', '_')}.png"
+        figure.savefig(path, dpi=110)
+        plt.close(figure)
+        paths.append(path)
+    return paths
