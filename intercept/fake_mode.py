@@ -485,7 +485,9 @@ class SimFakeMode(FakeTensorMode):
             if self.on_functional_collective is None:
                 raise SimulationError(f"{func} needs a process group, but none is connected")
             self.on_functional_collective(func, args, kwargs, out)
-        elif launch is not None and not getattr(state, "replaced", False):
+        elif getattr(state, "replaced", False):
+            pass  # an op of a compiled graph: intercept.compiled charges the graph's launches
+        elif launch is not None:
             spec, device, host_waits = launch
             stream = self._current_stream(device)
             self.runtime.kernel(spec, stream, _list_length(args))
