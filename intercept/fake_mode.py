@@ -511,7 +511,8 @@ class SimFakeMode(FakeTensorMode):
             out = self._data_dependent(func, args, kwargs, inputs)
         else:
             out = self.dispatch(func, types, args, kwargs)
-            if out is not NotImplemented:
+            if out is not NotImplemented and func.namespace == "aten":
+                # values of collectives travel with them (intercept.process_group)
                 if self.value_model.handles(func, inputs):
                     self.value_model.apply(func, args, kwargs, out)
                 else:
