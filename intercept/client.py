@@ -80,9 +80,11 @@ class CoordinatorClient:
     def send_values(self, value_id: int, data: np.ndarray | None) -> None:
         """A :class:`ValueUpdate`: final inputs of a collective sent as pending (any thread,
         also while blocked: it promises nothing)."""
-        with self._clock.excluded(), self._lock:
-            if not self._closed:
+        with self._clock.excluded(), self._lock:  # also after the Exit: values may follow it
+            try:
                 self._conn.send(ValueUpdate(value_id, data))
+            except OSError:
+                pass  # the coordinator has gone
 
     def add(self, op_type: type[Op], **fields: Any) -> Op:
         """Buffer ``op_type(at_ns=<now>, **fields)``; flush if the buffer is full. While another

@@ -73,19 +73,21 @@ def to_numpy(real: torch.Tensor) -> np.ndarray:
 
 @dataclass(frozen=True, slots=True)
 class _Slot:
-    """Where a fake tensor's values sit in its storage's shadow. It holds the shadow, not the
-    fake storage: queued actions must not keep device memory alive (the simulated allocator
-    would then depend on when values arrive), and a shadow outlives its fake storage for the
-    actions that still read it."""
+    """Where a fake tensor's values sit in its storage's shadow; holds the fake storage, so its
+    key is not reused while a queued action refers to it."""
 
-    shadow: torch.UntypedStorage
+    storage: torch.UntypedStorage
     key: int
-    """The fake storage's key (``_cdata``); reused once it dies, so checked against
-    ``ValueStore._shadows`` before it is trusted."""
     dtype: torch.dtype
     offset: int
     size: tuple[int, ...]
     stride: tuple[int, ...]
+
+    @staticmethod
+    def of(t: torch.Tensor) -> "_Slot":
+        storage = t.untyped_storage()
+        return _Slot(storage, storage._cdata, t.dtype, t.storage_offset(), tuple(t.shape),
+                     tuple(t.stride()))
 
 
 @dataclass(slots=True)
@@ -139,8 +141,6 @@ class ValueStore:
         self._send_update: Callable[[int, "np.ndarray | None"], None] | None = None
         self._shadows: dict[int, torch.UntypedStorage] = {}
         self._refs: dict[int, weakref.ref] = {}
-        self._dropped: weakref.WeakSet[torch.UntypedStorage] = weakref.WeakSet()
-        """Shadows whose values became unknown (queued actions still holding them check)."""
         self._pending: Counter[int] = Counter()
         """Storage key -> queued actions that write it."""
         self._queue: deque[_Fill | _Send | _Deferred] = deque()
@@ -169,7 +169,7 @@ class ValueStore:
                 return t
             if not self.known(t):
                 return None
-            return self._view(self._slot(t))
+            return self._view(_Slot.of(t))
 
     # -- ops -----------------------------------------------------------------------------------
     def after_op(self, func: Any, args: Any, kwargs: Any, out: Any,
@@ -193,8 +193,13 @@ class ValueStore:
             if not all(valuable(t) for _, t in new) or (not new and not written):
                 self._forget(written)
                 return
-            outputs = [(i, self._slot(t)) for i, t in new]
-            written_slots = [self._slot(t) for t in written if not is_real(t)]
+            for t in written:
+                if not is_real(t):
+                    self._ensure_shadow(t)
+            outputs = [(i, _Slot.of(t)) for i, t in new]
+            for _, slot in outputs:
+                self._ensure_shadow_slot(slot)
+            written_slots = [_Slot.of(t) for t in written if not is_real(t)]
             if any(self.pending(t) for t in inputs):
                 self._defer(func, args, kwargs, outputs, written_slots)
             else:
@@ -212,7 +217,9 @@ class ValueStore:
     def set_values(self, t: torch.Tensor, values: torch.Tensor) -> None:
         """Give fake ``t`` the real ``values`` (same shape): a value model's output."""
         with self._lock:
-            self._view(self._slot(t)).copy_(values)
+            slot = _Slot.of(t)
+            self._ensure_shadow_slot(slot)
+            self._view(slot).copy_(values)
             setattr(t, VALUE_HINT, True)
 
     # -- collectives ---------------------------------------------------------------------------
@@ -228,7 +235,7 @@ class ValueStore:
             if any(self.pending(t) for t in inputs):
                 def slot(t: torch.Tensor) -> Any:
                     if self.pending(t):
-                        return self._slot(t)
+                        return _Slot.of(t)
                     real = self.real(t)
                     return _UNKNOWN if real is None else _Snapshot(real.clone())
                 self._queue.append(_Send(value_id, [slot(t) for t in inputs]))
@@ -247,7 +254,8 @@ class ValueStore:
                 if is_real(t):
                     targets.append(t)
                     continue
-                slot = self._slot(t)
+                slot = _Slot.of(t)
+                self._ensure_shadow_slot(slot)
                 self._pending[slot.key] += 1
                 targets.append(slot)
                 setattr(t, VALUE_HINT, True)
@@ -260,6 +268,13 @@ class ValueStore:
             self._arrived.update(values)
             self._drain()
             self._arrival.notify_all()
+
+    def wait_sent(self, timeout_s: float) -> bool:
+        """Block until the inputs of every collective sent as pending have gone out (a rank
+        that exits still owes them to the other members); False if ``timeout_s`` passed."""
+        with self._lock:
+            return self._arrival.wait_for(
+                lambda: not any(isinstance(a, _Send) for a in self._queue), timeout_s)
 
     def wait(self, tensors: Sequence[torch.Tensor], timeout_s: float) -> bool:
         """Block until no tensor of ``tensors`` is pending; False if ``timeout_s`` passed."""
@@ -287,9 +302,9 @@ class ValueStore:
                     self._run(action.func, self._resolve(action.args),
                               self._resolve(action.kwargs), action.outputs, action.written)
                 for slot in action.written:
-                    self._settle(slot)
+                    self._pending[slot.key] -= 1
                 for _, slot in action.outputs:
-                    self._settle(slot)
+                    self._pending[slot.key] -= 1
             self._queue.popleft()
 
     def _fill(self, fill: _Fill, flat: "np.ndarray | None") -> None:
@@ -297,8 +312,8 @@ class ValueStore:
         total = sum(_numel(t) for t in targets)
         if flat is None or flat.size != total:
             for slot in fill.slots:
-                self._settle(slot)
-                self._drop(slot)
+                self._pending[slot.key] -= 1
+                self._drop(slot.key)
             return
         values = torch.from_numpy(np.ascontiguousarray(flat))
         at = 0
@@ -309,7 +324,7 @@ class ValueStore:
                 view.copy_(values[at:at + n].view(view.shape).to(view.dtype))
             at += n
         for slot in fill.slots:
-            self._settle(slot)
+            self._pending[slot.key] -= 1
 
     def _run(self, func: Any, args: Any, kwargs: Any, outputs: list[tuple[int, _Slot]],
              written: list[_Slot]) -> None:
@@ -326,7 +341,7 @@ class ValueStore:
             for position, slot in outputs:
                 real = flat[position] if position < len(flat) else None
                 if not isinstance(real, torch.Tensor) or tuple(real.shape) != slot.size:
-                    self._drop(slot)
+                    self._drop(slot.key)
                     continue
                 self._view(slot).copy_(real)
 
@@ -349,7 +364,7 @@ class ValueStore:
             if not isinstance(value, torch.Tensor):
                 return value
             if self.pending(value):
-                return self._slot(value)
+                return _Slot.of(value)
             real = self.real(value)
             return _UNKNOWN if real is None else _Snapshot(real.clone())
         for slot in [*written, *(slot for _, slot in outputs)]:
@@ -369,7 +384,7 @@ class ValueStore:
             if isinstance(value, _Snapshot):
                 return value.tensor
             if isinstance(value, _Slot):
-                if value.shadow in self._dropped:
+                if value.key not in self._shadows:
                     missing = True
                     return None
                 return self._view(value)
@@ -382,59 +397,45 @@ class ValueStore:
 
     def _view(self, slot: _Slot) -> torch.Tensor:
         with _disable_current_modes():
-            return torch.empty(0, dtype=slot.dtype).set_(slot.shadow, slot.offset, slot.size,
-                                                         slot.stride)
+            return torch.empty(0, dtype=slot.dtype).set_(
+                self._shadows[slot.key], slot.offset, slot.size, slot.stride)
 
-    def _slot(self, t: torch.Tensor) -> _Slot:
-        """``t``'s slot, its storage given a shadow (zeros) if it had none."""
-        storage = t.untyped_storage()
-        key = storage._cdata
-        nbytes = storage.nbytes()
-        shadow = self._shadows.get(key)
-        if shadow is None or shadow.nbytes() < nbytes:
-            with _disable_current_modes():
-                grown = torch.UntypedStorage(nbytes)
-                grown.fill_(0)
-                if shadow is not None:
-                    grown[:shadow.nbytes()].copy_(shadow)
-            shadow = self._shadows[key] = grown
-            if key not in self._refs:
-                self._refs[key] = weakref.ref(storage, lambda _, key=key: self._release(key))
-        return _Slot(shadow, key, t.dtype, t.storage_offset(), tuple(t.shape), tuple(t.stride()))
+    def _ensure_shadow(self, t: torch.Tensor) -> None:
+        self._ensure_shadow_slot(_Slot.of(t))
 
-    def _current(self, slot: _Slot) -> bool:
-        """``slot``'s fake storage still lives and has this shadow."""
-        return self._shadows.get(slot.key) is slot.shadow
-
-    def _settle(self, slot: _Slot) -> None:
-        """A queued write to ``slot`` is done."""
-        if self._current(slot):
-            self._pending[slot.key] -= 1
+    def _ensure_shadow_slot(self, slot: _Slot) -> None:
+        key = slot.key
+        nbytes = slot.storage.nbytes()
+        found = self._shadows.get(key)
+        if found is not None and found.nbytes() >= nbytes:
+            return
+        with _disable_current_modes():
+            shadow = torch.UntypedStorage(nbytes)
+            if found is not None:
+                shadow[:found.nbytes()].copy_(found)
+        self._shadows[key] = shadow
+        if key not in self._refs:
+            self._refs[key] = weakref.ref(slot.storage, lambda _, key=key: self._release(key))
 
     def _release(self, key: int) -> None:
-        """A fake storage died: its shadow goes too (its key may be reused); queued actions
-        keep the shadow object they hold."""
+        """A fake storage died: its shadow goes too (its key may be reused)."""
         with self._lock:
             self._shadows.pop(key, None)
             self._refs.pop(key, None)
-            self._pending.pop(key, None)
 
-    def _drop(self, slot: _Slot) -> None:
-        """``slot``'s storage holds unknown values now."""
-        self._dropped.add(slot.shadow)
-        if self._current(slot):
-            del self._shadows[slot.key]
+    def _drop(self, key: int) -> None:
+        self._shadows.pop(key, None)
 
     def _forget(self, written: Sequence[torch.Tensor]) -> None:
         """The op wrote unknown values into ``written``."""
         for t in written:
-            if is_real(t) or t.untyped_storage()._cdata not in self._shadows:
+            if is_real(t):
                 continue
-            slot = self._slot(t)
-            if self._pending[slot.key]:  # order behind the queued writes
-                self._defer_forget(slot)
+            key = t.untyped_storage()._cdata
+            if self._pending[key]:  # order behind the queued writes
+                self._defer_forget(_Slot.of(t))
             else:
-                self._drop(slot)
+                self._drop(key)
 
     def _defer_forget(self, slot: _Slot) -> None:
         self._pending[slot.key] += 1
@@ -442,7 +443,7 @@ class ValueStore:
 
     def _forget_slots(self, slots: Sequence[_Slot]) -> None:
         for slot in slots:
-            self._drop(slot)
+            self._drop(slot.key)
 
 
 @dataclass(frozen=True, slots=True)

@@ -288,8 +288,13 @@ class LiveEngine:
     def _receive(self) -> None:
         """Ingest the batches that have arrived (a bounded number per rank, so a chatty rank
         cannot hold up the others' replies), waiting for at least one."""
-        for conn in wait([rank.conn for rank in self._ranks if rank.state is not _State.FINISHED]):
+        listening = [rank.conn for rank in self._ranks if rank.state is not _State.FINISHED
+                     or self._matcher.owes_values(rank.rank)]
+        for conn in wait(listening):
             rank = self._by_conn[conn]  # type: ignore[index]
+            if rank.state is _State.FINISHED:
+                self._receive_owed_values(rank)
+                continue
             for _ in range(_BATCHES_PER_ROUND):
                 if rank.state is _State.FINISHED or not rank.conn.poll():
                     break
@@ -306,6 +311,18 @@ class LiveEngine:
                     raise SimulationError(f"rank {rank.rank} sent {type(message).__name__}; "
                                           "expected a Batch or ValueUpdate")
                 self._ingest(rank, message)
+
+    def _receive_owed_values(self, rank: _Rank) -> None:
+        """A rank that exited still sends the values of collectives it issued as pending."""
+        try:
+            message = rank.conn.recv()
+        except (EOFError, OSError):
+            self._matcher.forget_values_of(rank.rank)  # gone: its members read unknown values
+            return
+        if not isinstance(message, ValueUpdate):
+            raise SimulationError(f"rank {rank.rank} sent {type(message).__name__} after its "
+                                  "exit; only values may follow it")
+        self._matcher.update_values(rank.rank, message.value_id, message.data)
 
     def _ingest(self, rank: _Rank, batch: Batch) -> None:
         counts = self._counts
@@ -363,7 +380,11 @@ class LiveEngine:
 
     def _send(self, rank: _Rank, message: Reply | ValueDelivery) -> None:
         if rank.state is _State.FINISHED:
-            return  # a rank that exited reads nothing more
+            try:  # a rank that exited may still wait for values it owes others
+                rank.conn.send(message)
+            except OSError:
+                pass
+            return
         try:
             rank.conn.send(message)
         except OSError:

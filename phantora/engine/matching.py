@@ -217,6 +217,15 @@ class Matcher:
         if len(collective.members) == len(collective.expected):
             self._hand_values(collective)
 
+    def owes_values(self, rank: int) -> bool:
+        """Whether ``rank`` has yet to send the inputs of a collective it issued as pending."""
+        return any(owner == rank for owner, _ in self._awaiting_values)
+
+    def forget_values_of(self, rank: int) -> None:
+        """``rank`` went away owing values: its collectives' outputs are unknown."""
+        for owner, value_id in [key for key in self._awaiting_values if key[0] == rank]:
+            self.update_values(owner, value_id, None)
+
     def _hand_values(self, collective: PendingCollective) -> None:
         if self._on_values is not None:
             for found in collective.output_values():
