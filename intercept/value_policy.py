@@ -9,9 +9,6 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-ROUTING_MODES = ("uniform", "balanced", "zipf", "trace")
-
-
 @dataclass(frozen=True)
 class Routing:
     """How rows pick their top-k entries (``simulation.routing``).
