@@ -73,21 +73,18 @@ def to_numpy(real: torch.Tensor) -> np.ndarray:
 
 @dataclass(frozen=True, slots=True)
 class _Slot:
-    """Where a fake tensor's values sit in its storage's shadow; holds the fake storage, so its
-    key is not reused while a queued action refers to it."""
+    """Where a fake tensor's values sit in its storage's shadow. ``key`` names the shadow of one
+    fake storage for that storage's lifetime (never reused), so a slot does not keep the fake
+    storage alive: the simulated device memory is freed when the script drops it, however long
+    the values take to arrive."""
 
-    storage: torch.UntypedStorage
     key: int
+    nbytes: int
+    """The fake storage's size (the shadow's at least)."""
     dtype: torch.dtype
     offset: int
     size: tuple[int, ...]
     stride: tuple[int, ...]
-
-    @staticmethod
-    def of(t: torch.Tensor) -> "_Slot":
-        storage = t.untyped_storage()
-        return _Slot(storage, storage._cdata, t.dtype, t.storage_offset(), tuple(t.shape),
-                     tuple(t.stride()))
 
 
 @dataclass(slots=True)
@@ -140,7 +137,14 @@ class ValueStore:
         self._arrival = threading.Condition(self._lock)
         self._send_update: Callable[[int, "np.ndarray | None"], None] | None = None
         self._shadows: dict[int, torch.UntypedStorage] = {}
+        """Shadow key -> the real CPU bytes (absent: values unknown)."""
+        self._keys: dict[int, int] = {}
+        """Live fake storage (``_cdata``, reused once it dies) -> its shadow key."""
         self._refs: dict[int, weakref.ref] = {}
+        """Shadow key -> a weak reference to its fake storage (its death releases the shadow)."""
+        self._orphans: set[int] = set()
+        """Shadows of dead storages that queued actions may still read or write."""
+        self._next_key = 0
         self._pending: Counter[int] = Counter()
         """Storage key -> queued actions that write it."""
         self._queue: deque[_Fill | _Send | _Deferred] = deque()
@@ -153,11 +157,14 @@ class ValueStore:
         """``t``'s values are known now (a real tensor, or a shadow nothing is pending on)."""
         if is_real(t):
             return True
-        key = t.untyped_storage()._cdata
+        key = self._keys.get(t.untyped_storage()._cdata)
         return key in self._shadows and not self._pending[key]
 
     def pending(self, t: torch.Tensor) -> bool:
-        return not is_real(t) and self._pending[t.untyped_storage()._cdata] > 0
+        if is_real(t):
+            return False
+        key = self._keys.get(t.untyped_storage()._cdata)
+        return key is not None and self._pending[key] > 0
 
     def hinted(self, t: torch.Tensor) -> bool:
         return is_real(t) or getattr(t, VALUE_HINT, False)
@@ -169,7 +176,7 @@ class ValueStore:
                 return t
             if not self.known(t):
                 return None
-            return self._view(_Slot.of(t))
+            return self._view(self._slot(t))
 
     # -- ops -----------------------------------------------------------------------------------
     def after_op(self, func: Any, args: Any, kwargs: Any, out: Any,
@@ -196,10 +203,10 @@ class ValueStore:
             for t in written:
                 if not is_real(t):
                     self._ensure_shadow(t)
-            outputs = [(i, _Slot.of(t)) for i, t in new]
+            outputs = [(i, self._slot(t)) for i, t in new]
             for _, slot in outputs:
                 self._ensure_shadow_slot(slot)
-            written_slots = [_Slot.of(t) for t in written if not is_real(t)]
+            written_slots = [self._slot(t) for t in written if not is_real(t)]
             if any(self.pending(t) for t in inputs):
                 self._defer(func, args, kwargs, outputs, written_slots)
             else:
@@ -217,7 +224,7 @@ class ValueStore:
     def set_values(self, t: torch.Tensor, values: torch.Tensor) -> None:
         """Give fake ``t`` the real ``values`` (same shape): a value model's output."""
         with self._lock:
-            slot = _Slot.of(t)
+            slot = self._slot(t)
             self._ensure_shadow_slot(slot)
             self._view(slot).copy_(values)
             setattr(t, VALUE_HINT, True)
@@ -235,7 +242,7 @@ class ValueStore:
             if any(self.pending(t) for t in inputs):
                 def slot(t: torch.Tensor) -> Any:
                     if self.pending(t):
-                        return _Slot.of(t)
+                        return self._slot(t)
                     real = self.real(t)
                     return _UNKNOWN if real is None else _Snapshot(real.clone())
                 self._queue.append(_Send(value_id, [slot(t) for t in inputs]))
@@ -254,7 +261,7 @@ class ValueStore:
                 if is_real(t):
                     targets.append(t)
                     continue
-                slot = _Slot.of(t)
+                slot = self._slot(t)
                 self._ensure_shadow_slot(slot)
                 self._pending[slot.key] += 1
                 targets.append(slot)
@@ -306,6 +313,10 @@ class ValueStore:
                 for _, slot in action.outputs:
                     self._pending[slot.key] -= 1
             self._queue.popleft()
+        orphans, self._orphans = self._orphans, set()
+        for key in orphans:  # nothing queued refers to them any more
+            self._shadows.pop(key, None)
+            self._pending.pop(key, None)
 
     def _fill(self, fill: _Fill, flat: "np.ndarray | None") -> None:
         targets = fill.targets
@@ -364,7 +375,7 @@ class ValueStore:
             if not isinstance(value, torch.Tensor):
                 return value
             if self.pending(value):
-                return _Slot.of(value)
+                return self._slot(value)
             real = self.real(value)
             return _UNKNOWN if real is None else _Snapshot(real.clone())
         for slot in [*written, *(slot for _, slot in outputs)]:
@@ -400,28 +411,45 @@ class ValueStore:
             return torch.empty(0, dtype=slot.dtype).set_(
                 self._shadows[slot.key], slot.offset, slot.size, slot.stride)
 
+    def _slot(self, t: torch.Tensor) -> _Slot:
+        """``t``'s slot; its storage gets a shadow key if it had none."""
+        storage = t.untyped_storage()
+        cdata = storage._cdata
+        key = self._keys.get(cdata)
+        if key is None:
+            key = self._keys[cdata] = self._next_key
+            self._next_key += 1
+            self._refs[key] = weakref.ref(
+                storage, lambda _, key=key, cdata=cdata: self._release(key, cdata))
+        return _Slot(key, storage.nbytes(), t.dtype, t.storage_offset(), tuple(t.shape),
+                     tuple(t.stride()))
+
     def _ensure_shadow(self, t: torch.Tensor) -> None:
-        self._ensure_shadow_slot(_Slot.of(t))
+        self._ensure_shadow_slot(self._slot(t))
 
     def _ensure_shadow_slot(self, slot: _Slot) -> None:
         key = slot.key
-        nbytes = slot.storage.nbytes()
         found = self._shadows.get(key)
-        if found is not None and found.nbytes() >= nbytes:
+        if found is not None and found.nbytes() >= slot.nbytes:
             return
         with _disable_current_modes():
-            shadow = torch.UntypedStorage(nbytes)
+            shadow = torch.UntypedStorage(slot.nbytes)
             if found is not None:
                 shadow[:found.nbytes()].copy_(found)
         self._shadows[key] = shadow
-        if key not in self._refs:
-            self._refs[key] = weakref.ref(slot.storage, lambda _, key=key: self._release(key))
 
-    def _release(self, key: int) -> None:
-        """A fake storage died: its shadow goes too (its key may be reused)."""
+    def _release(self, key: int, cdata: int) -> None:
+        """A fake storage died: its address may be reused, its shadow goes once no queued
+        action can refer to it."""
         with self._lock:
-            self._shadows.pop(key, None)
+            if self._keys.get(cdata) == key:
+                del self._keys[cdata]
             self._refs.pop(key, None)
+            if self._queue:
+                self._orphans.add(key)
+            else:
+                self._shadows.pop(key, None)
+                self._pending.pop(key, None)
 
     def _drop(self, key: int) -> None:
         self._shadows.pop(key, None)
@@ -431,9 +459,11 @@ class ValueStore:
         for t in written:
             if is_real(t):
                 continue
-            key = t.untyped_storage()._cdata
+            key = self._keys.get(t.untyped_storage()._cdata)
+            if key is None:
+                continue
             if self._pending[key]:  # order behind the queued writes
-                self._defer_forget(_Slot.of(t))
+                self._defer_forget(self._slot(t))
             else:
                 self._drop(key)
 

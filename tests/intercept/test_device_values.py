@@ -41,6 +41,23 @@ result["total"] = total.item()
 result["doubled"] = doubled.tolist()
 """
 
+PENDING_DROPPED = """
+import numpy as np
+from intercept import fake_mode
+store = fake_mode.active().values
+t = torch.empty(512, dtype=torch.long, device="cuda")
+store.expect(99, [t])            # a collective will write t
+doubled = t * 2                  # queued: reads t once its values are there
+held = torch.cuda.memory_allocated()
+del t                            # the script drops t before the values arrive
+result["freed"] = torch.cuda.memory_allocated() < held
+fresh = torch.full((512,), 7, dtype=torch.long, device="cuda")  # may reuse t's storage
+result["fresh_pending"] = store.pending(fresh)
+result["fresh"] = fresh.sum().item()
+store.deliver([(99, np.arange(512))])
+result["doubled"] = doubled.sum().item()
+"""
+
 FINITE_AND_UNKNOWN = """
 import warnings
 model = torch.nn.Linear(64, 64).cuda()
@@ -92,6 +109,15 @@ def test_values_are_seeded(routing: dict[str, Any]) -> None:
 def test_values_pending_on_a_collective_are_computed_when_they_arrive() -> None:
     result = run_snippet(PENDING)["result"]
     assert result == {"pending_before": True, "total": 20, "doubled": [2, 4, 6, 8]}
+
+
+def test_a_dropped_pending_tensor_frees_its_memory_at_once() -> None:
+    """Simulated memory follows the script, not the values' wall-clock arrival (reproducible
+    peak memory); queued actions still read the dropped tensor's values, and a new tensor in
+    the same memory is not pending on them."""
+    result = run_snippet(PENDING_DROPPED)["result"]
+    assert result == {"freed": True, "fresh_pending": False, "fresh": 7 * 512,
+                      "doubled": 2 * sum(range(512))}
 
 
 def test_fake_floats_are_finite_and_unknown_integers_say_so() -> None:
