@@ -163,7 +163,8 @@ class CoordinatorClient:
         """Receiver loop: replies to the waiting sync, values to the sink."""
         while True:
             try:
-                message = self._conn.recv()
+                with self._clock.excluded():  # unpickling is the simulator's CPU, not the script's
+                    message = self._conn.recv()
             except (EOFError, OSError) as error:
                 self._replies.put(error)
                 return

@@ -289,12 +289,17 @@ class VirtualClock:
             return HostTimeSplit(self._table_ns, residual_ns, self._fixed_ns)
 
     def advance_to(self, t_ns: int) -> None:
-        """Jump forward to ``t_ns`` (a sync reply's completion time); the past changes nothing."""
+        """Jump forward to ``t_ns`` (a sync reply's completion time); the past changes nothing.
+        Counts as a reading: no later reading is below ``t_ns``, even where the CPU counted so
+        far had already passed it and a :meth:`correct` lowers the raw count afterwards (the
+        coordinator counts the rank as at ``t_ns`` from its reply on)."""
         with self._lock:
             raw = self._raw_ns()
-            if t_ns > max(raw, self._last_ns):
+            reading = max(raw, self._last_ns)
+            if t_ns > reading:
                 self._offset_ns += t_ns - raw
-                self._last_ns = t_ns
+                reading = t_ns
+            self._last_ns = reading
 
     def cpu_split_ns(self) -> tuple[int, int]:
         """``(script, simulator)``: process CPU since the clock started, split into what counted

@@ -4,11 +4,11 @@ GPUs: CUDA events timed its steps, GPU memory was counted, kernels and collectiv
 """
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from phantora.cli import main
 from tests.integration.live_examples import (ExampleScenario, example_scenarios, parse_steps,
                                              peak_memory_line)
 
@@ -20,8 +20,9 @@ def _cases() -> list[object]:
 
 
 @pytest.mark.parametrize("example", _cases())
-def test_example_scenario_runs_live(example: ExampleScenario, tmp_path: Path) -> None:
-    assert main([str(example.path), "--out", str(tmp_path)]) == 0
+def test_example_scenario_runs_live(example: ExampleScenario, tmp_path: Path,
+                                    run_cli: Callable[[list[str]], None]) -> None:
+    run_cli([str(example.path), "--out", str(tmp_path)])
 
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["schema_version"] == 1

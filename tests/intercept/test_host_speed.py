@@ -237,6 +237,20 @@ def test_scaled_clock_jumps_to_sync_replies_and_stays_monotonic(fake_cpu: list[i
     assert clock.now_ns() == 1_010
 
 
+def test_a_sync_reply_time_holds_after_a_correction_lowers_the_raw_reading(
+        fake_cpu: list[int]) -> None:
+    """Issue 14's "clock went back": the CPU counted since the last reading already passed the
+    reply's time, so the jump had nothing to add; the script's next segment correction then
+    lowered the raw reading below that time, and the next batch promised less than the
+    coordinator had counted from the reply."""
+    clock = scaled_clock(ScriptedScale(SpeedRatio(1, 1), [], fake_cpu), every_ns=10**9)
+    assert clock.now_ns() == 0
+    fake_cpu[0] += 500  # counted, not read yet
+    clock.advance_to(400)  # the reply: 400 <= 500, no jump
+    clock.correct(-300)  # a robust estimate replaces part of the segment's reading
+    assert clock.now_ns() >= 400
+
+
 def test_only_the_clocks_own_thread_remeasures(fake_cpu: list[int]) -> None:
     scale = ScriptedScale(SpeedRatio(1, 1), [SpeedRatio(1, 2)], fake_cpu)
     clock = scaled_clock(scale, every_ns=10)
