@@ -18,6 +18,12 @@ execution, recording, IPC) is kept out of virtual time entirely (``intercept.shi
 charge is the table's cost less the plain Python call that the clock still counts as the
 script's (``script_call_ns``).
 
+Matrix products whose shape the process has not run before cost more (:class:`GemmShapeCache`):
+cuBLAS picks a kernel per shape by a heuristic query whose answer it caches, and that query
+costs the reference host about a millisecond where the output's shape is new, and far less
+where only the reduction length is. Fixed-shape training pays it in its first step; an MoE
+expert's GEMM, sized by its routed tokens, pays it whenever a count comes up for the first time.
+
 NB (known, not modelled): the autograd engine's per-node work and the extra cost of recording
 an op for autograd (~4 us per op on the reference host) stay in the measured residual, as the
 C++ of the autograd layer runs for real around each fake op; DDP's reducer, FSDP2's hooks and
@@ -28,13 +34,14 @@ No torch import: the coordinator and tests read the table without it.
 """
 
 import json
+from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 TABLE_PATH = Path(__file__).with_name("data") / "host_costs.json"
-TABLE_VERSION = 1
+TABLE_VERSION = 2
 
 MATMUL = frozenset({"mm", "bmm", "matmul", "_scaled_mm", "_int_mm", "dot", "mv"})
 MATMUL_BIAS = frozenset({"addmm", "baddbmm", "addbmm", "addmv", "_addmm_activation"})
@@ -61,6 +68,11 @@ FACTORY = frozenset({"zeros", "ones", "full", "zeros_like", "ones_like", "full_l
 ALLOC = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
                    "resize_"})
 FUSED_OPTIMIZERS = frozenset({"_fused_adamw_", "_fused_adam_", "_fused_sgd_", "_fused_adagrad_"})
+CUBLAS_GEMMS = frozenset({"mm", "addmm", "bmm", "baddbmm"})
+"""Products that go through cuBLAS's per-shape heuristic (:class:`GemmShapeCache`)."""
+CUBLAS_HEURISTICS_CACHE_CAPACITY = 8192
+"""Shapes cuBLASLt keeps the heuristic's answer for (its ``CUBLASLT_HEURISTICS_CACHE_CAPACITY``
+default), least recently used out first."""
 
 
 def family_of(name: str) -> str:
@@ -93,6 +105,9 @@ class HostCostTable:
     """A foreach or fused-optimizer call's cost per tensor beyond the first."""
     collectives_ns: dict[str, int]
     """c10d's call path per collective (``default`` for ops without a row of their own)."""
+    gemm_first_seen_ns: dict[str, int]
+    """Extra cost of a cuBLAS product whose shape is new to the process: ``new_output`` (its
+    output's shape is new) and ``new_reduction`` (only its reduction length is)."""
     provenance: dict[str, Any]
 
     def scaled_to(self, reference: str) -> "HostCostTable":
@@ -115,7 +130,7 @@ class HostCostTable:
 
         return HostCostTable(reference, round(self.script_call_ns * factor),
                              scale(self.families_ns), round(self.foreach_per_tensor_ns * factor),
-                             scale(self.collectives_ns),
+                             scale(self.collectives_ns), scale(self.gemm_first_seen_ns),
                              {**self.provenance, "scaled_from": self.reference,
                               "scale_factor": round(factor, 4)})
 
@@ -152,10 +167,15 @@ def table_from_json(data: dict[str, Any]) -> HostCostTable:
     collectives = {k: int(v) for k, v in data["collectives_ns"].items()}
     if "default" not in collectives:
         raise ValueError("host cost table: collectives_ns lacks 'default'")
+    gemm = {k: int(v) for k, v in data["gemm_first_seen_ns"].items()}
+    if gemm.keys() != {"new_output", "new_reduction"}:
+        raise ValueError("host cost table: gemm_first_seen_ns needs exactly 'new_output' and "
+                         f"'new_reduction', found {sorted(gemm)}")
     return HostCostTable(reference=str(data["reference"]),
                          script_call_ns=int(data["script_call_ns"]), families_ns=families,
                          foreach_per_tensor_ns=int(data["foreach_per_tensor_ns"]),
-                         collectives_ns=collectives, provenance=dict(data["provenance"]))
+                         collectives_ns=collectives, gemm_first_seen_ns=gemm,
+                         provenance=dict(data["provenance"]))
 
 
 @cache
@@ -173,6 +193,44 @@ def table_for(reference: str | None, gpu: str) -> HostCostTable:
     if reference is None or reference == NATIVE:
         reference = references().for_gpu(gpu).name
     return load_table().scaled_to(reference)
+
+
+GemmShape = tuple[str, str, str, int, int, int, int]
+"""``(op, dtype, layout, batch, m, n, k)`` of one cuBLAS product (``KernelSpec`` fields)."""
+
+
+class GemmShapeCache:
+    """The matrix-product shapes one process has run, as cuBLAS's heuristic cache holds them:
+    :meth:`first_seen_ns` is the extra host cost of a product (see the module doc). Outputs and
+    whole shapes are each remembered for the :data:`CUBLAS_HEURISTICS_CACHE_CAPACITY` most
+    recently used."""
+
+    def __init__(self, table: HostCostTable,
+                 capacity: int = CUBLAS_HEURISTICS_CACHE_CAPACITY) -> None:
+        self._new_output_ns = table.gemm_first_seen_ns["new_output"]
+        self._new_reduction_ns = table.gemm_first_seen_ns["new_reduction"]
+        self._capacity = capacity
+        self._shapes: OrderedDict[GemmShape, None] = OrderedDict()
+        self._outputs: OrderedDict[GemmShape, None] = OrderedDict()
+
+    def first_seen_ns(self, shape: GemmShape) -> int:
+        """0 for a shape run before (still cached); else what the heuristic query costs."""
+        output = (*shape[:-1], 0)
+        seen_shape = self._touch(self._shapes, shape)
+        seen_output = self._touch(self._outputs, output)
+        if seen_shape:
+            return 0
+        return self._new_reduction_ns if seen_output else self._new_output_ns
+
+    def _touch(self, cache: OrderedDict[GemmShape, None], key: GemmShape) -> bool:
+        """Whether ``key`` was cached; it is the most recent entry afterwards."""
+        if key in cache:
+            cache.move_to_end(key)
+            return True
+        cache[key] = None
+        if len(cache) > self._capacity:
+            cache.popitem(last=False)
+        return False
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ import numpy as np
 
 from intercept.client import CoordinatorClient, ValueSink
 from intercept.clock import VirtualClock
-from intercept.host_cost import HostCostTable, load_table
+from intercept.host_cost import CUBLAS_GEMMS, GemmShapeCache, HostCostTable, load_table
 from intercept.protocol import (Collective, EventRecord, Exit, Kernel, RankStats, StreamWait,
                                 ValuePayload)
 from intercept.residual import ResidualSmoother
@@ -62,6 +62,7 @@ class RankRuntime:
         self._client = client
         self._kernel_cost = kernel_cost
         self.host_costs = load_table() if host_costs is None else host_costs
+        self._gemm_shapes = GemmShapeCache(self.host_costs)
         self._residual = residual
         self._steps: list[tuple[int, int, int]] = []
         self._step_mark = (0, 0)
@@ -95,14 +96,21 @@ class RankRuntime:
     def kernel(self, spec: KernelSpec, stream: int, tensors: int = 1,
                launch_overhead_ns: int | None = None) -> None:
         """Record a kernel launch at the current clock; charges the op's host cost to the clock
-        and the compute model's duration to the GPU stream. ``tensors``: a foreach op's list
+        (a cuBLAS product of a shape new to this process pays cuBLAS's heuristic query too) and
+        the compute model's duration to the GPU stream. ``tensors``: a foreach op's list
         length (its host cost grows with it); ``launch_overhead_ns`` replaces the table's cost
         where given (a compiled graph's launcher; 0 for a kernel of a replayed CUDA graph)."""
         with self.clock.excluded():
             cost = self._kernel_cost(spec)
             name = spec.name.removeprefix("aten::")
-            self._host(name, self.host_costs.op_ns(name, launches=True, tensors=tensors)
-                       if launch_overhead_ns is None else launch_overhead_ns)
+            if launch_overhead_ns is None:
+                host_ns = self.host_costs.op_ns(name, launches=True, tensors=tensors)
+                if name in CUBLAS_GEMMS and len(spec.dims) == 4:
+                    host_ns += self._gemm_shapes.first_seen_ns(
+                        (name, spec.dtype, spec.variant, *spec.dims))
+            else:
+                host_ns = launch_overhead_ns
+            self._host(name, host_ns)
             self._client.add(Kernel, stream=stream, duration_ns=cost.duration_ns, name=spec.name,
                              flops=spec.flops, bytes=spec.bytes, source=cost.source.value)
 

@@ -5,7 +5,8 @@
   python3 scripts/measure_host_costs.py --json /tmp/host_costs.json
   # 2. here: derive the shipped table from a raw record (prints the families it derived)
   python3 scripts/measure_host_costs.py --import-raw scripts/data/host_costs/h100x1.json \
-      --reference h100-host --write intercept/data/host_costs.json
+      --gemm-raw scripts/data/host_costs/h100x1-gemm.json --reference h100-host \
+      --write intercept/data/host_costs.json
 
 Each case issues its operation back to back and reports the host's wall time per call (what a
 rank's clock would have advanced on that host), with the GPU held busy behind a
@@ -25,6 +26,8 @@ minimum of ``--rounds`` rounds. Families:
   ``synchronize; t0; collective; synchronize; t1`` with its GPU time (CUDA events) beside it.
 * ``ddp``, ``fsdp2``, ``dtensor``, ``cuda_graph``: the host time those frameworks add per bucket,
   per parameter group, per op, per replay.
+* ``gemm_shape``: a matrix product of a shape the process has not run before, against the same
+  product repeated (cuBLAS's per-shape heuristic query).
 
 Torch and the standard library only, so it runs with the device machines' own Python.
 """
@@ -294,6 +297,35 @@ def framework_cases(rec: Recorder, dev: torch.device) -> None:
     del dist
 
 
+GEMM_SHAPES = ((1024, 2816), (4096, 4096))
+"""(K, N) of the fresh-shape GEMM cases: the moe-600m experts' SwiGLU, and a square 4096."""
+
+
+def gemm_shape_cases(rec: Recorder, dev: torch.device) -> None:
+    """A matrix product whose shape the process has not run before against the same product
+    repeated: cuBLAS picks its kernel by a heuristic query that it caches per shape, so a
+    first-seen shape (an MoE expert's routed token count, a variable-length batch) costs the
+    host more. Each fresh-shape call takes the next row count, in the three layouts of a
+    linear layer's forward, input gradient and weight gradient (rows as the reduction)."""
+    n_calls, same_rows, first_fresh_rows = 100, 128, 256
+    rows_max = first_fresh_rows + n_calls // 10 + rec.rounds * n_calls
+    for k, n in GEMM_SHAPES:
+        x = torch.randn(rows_max, k, device=dev, dtype=torch.bfloat16)
+        dy = torch.randn(rows_max, n, device=dev, dtype=torch.bfloat16)
+        w = torch.randn(n, k, device=dev, dtype=torch.bfloat16)
+        layouts: dict[str, Callable[[int], object]] = {
+            "forward": lambda m: x[:m] @ w.t(),
+            "input grad": lambda m: dy[:m] @ w,
+            "weight grad": lambda m: dy[:m].t() @ x[:m],
+        }
+        for layout, product in layouts.items():
+            rows = iter(range(first_fresh_rows, rows_max))
+            rec.case("gemm.fresh_shape", f"mm fresh shape {layout} k{k} n{n}",
+                     lambda product=product, rows=rows: product(next(rows)), calls=n_calls)
+            rec.case("gemm.same_shape", f"mm same shape {layout} k{k} n{n}",
+                     lambda product=product: product(same_rows), calls=n_calls)
+
+
 def graph_cases(rec: Recorder, dev: torch.device) -> None:
     x = torch.randn(1024, 1024, device=dev)
     s = torch.cuda.Stream()
@@ -310,6 +342,11 @@ def graph_cases(rec: Recorder, dev: torch.device) -> None:
                 y = y * 1.0001
         rec.case("cuda_graph", f"CUDAGraph.replay() ({kernels} kernels)", g.replay, calls=50,
                  kernels=kernels)
+
+
+SECTIONS = (aten_cases, backward_cases, foreach_cases, c10d_cases, framework_cases,
+            graph_cases, gemm_shape_cases)
+"""Every measuring section, in the order they run (``--sections`` picks by name)."""
 
 
 FAMILY_CASES: dict[str, tuple[str, ...]] = {
@@ -340,16 +377,47 @@ COLLECTIVE_CASES: dict[str, tuple[str, ...]] = {
 }
 
 
-def derive_table(raw: dict[str, Any], reference: str) -> dict[str, Any]:
-    """The ``intercept/data/host_costs.json`` form of a raw record (see ``intercept.host_cost``);
-    raises where a case it needs is missing or had no valid round."""
+def _case_us(raw: dict[str, Any], source: str) -> Callable[[str], float]:
+    """Host us per call of a case of ``raw``; raises where it is missing or had no valid round
+    (``source`` names the record in the message)."""
     rows = {row["case"]: row for row in raw["rows"]}
 
     def us(case: str) -> float:
         row = rows.get(case)
         if row is None or "us_median" not in row or not row.get("valid_rounds"):
-            raise SystemExit(f"--import-raw: case {case!r} is missing or has no valid round")
+            raise SystemExit(f"{source}: case {case!r} is missing or has no valid round")
         return float(row["us_median"])
+
+    return us
+
+
+def gemm_first_seen_ns(gemm_raw: dict[str, Any]) -> dict[str, int]:
+    """``gemm_first_seen_ns`` of the table from a ``gemm_shape`` record: per kind, the median
+    over the measured products of fresh-shape less same-shape cost, as measured (like the
+    families: host instances differ, and no benchmark predicts cuBLAS's own CPU work). A
+    fresh-shape round may outlast the GPU's sleep (every call is ~1 ms of CPU): its wall time is
+    then still the host's own, as its CPU time shows, so its rows are read either way."""
+    fresh = {row["case"]: row for row in gemm_raw["rows"]
+             if row.get("family") == "gemm.fresh_shape" and "us_median" in row}
+    same = _case_us(gemm_raw, "--gemm-raw")
+    kinds = {"new_output": ("forward", "input grad"), "new_reduction": ("weight grad",)}
+    table = {}
+    for kind, layouts in kinds.items():
+        extras = [row["us_median"] - same(case.replace("fresh shape", "same shape"))
+                  for case, row in fresh.items()
+                  if any(f" {layout} k" in case for layout in layouts)]
+        if not extras:
+            raise SystemExit(f"--gemm-raw: no fresh-shape rows for {kind}")
+        table[kind] = round(statistics.median(extras) * 1000)
+    return table
+
+
+def derive_table(raw: dict[str, Any], reference: str,
+                 gemm_raw: dict[str, Any]) -> dict[str, Any]:
+    """The ``intercept/data/host_costs.json`` form of a raw record and a ``gemm_shape`` record
+    (see ``intercept.host_cost``); raises where a case it needs is missing or had no valid
+    round."""
+    us = _case_us(raw, "--import-raw")
 
     def ns(cases: tuple[str, ...]) -> int:
         return round(statistics.median(us(c) for c in cases) * 1000)
@@ -359,15 +427,18 @@ def derive_table(raw: dict[str, Any], reference: str) -> dict[str, Any]:
               for op in ("_foreach_add_", "_foreach_mul_ scalar")]
     collectives = {op: ns(cases) for op, cases in COLLECTIVE_CASES.items()}
     collectives["default"] = round(statistics.median(collectives.values()))
+    families = {family: ns(cases) for family, cases in FAMILY_CASES.items()}
     return {
-        "version": 1,
+        "version": 2,
         "reference": reference,
         "script_call_ns": ns(("plain python call (2 args)",)),
-        "families_ns": {family: ns(cases) for family, cases in FAMILY_CASES.items()},
+        "families_ns": families,
         "foreach_per_tensor_ns": round(statistics.median(slopes) * 1000),
         "collectives_ns": collectives,
+        "gemm_first_seen_ns": gemm_first_seen_ns(gemm_raw),
         "provenance": {**raw["provenance"], "derived_by": "scripts/measure_host_costs.py "
-                       "--import-raw", "statistic": "median of rounds; family: median of cases"},
+                       "--import-raw --gemm-raw", "statistic": "median of rounds; family: "
+                       "median of cases", "gemm_first_seen": gemm_raw["provenance"]},
     }
 
 
@@ -376,13 +447,20 @@ def main() -> None:
     parser.add_argument("--json", help="measure here (a GPU machine) and write the raw record")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--import-raw", help="derive the shipped table from this raw record")
+    parser.add_argument("--gemm-raw", help="with --import-raw: the record holding the "
+                        "gemm_shape section")
     parser.add_argument("--reference", default="h100-host",
                         help="the simulation.host_cpu reference host the record was taken on")
     parser.add_argument("--write", help="with --import-raw: write the table here")
+    parser.add_argument("--sections", nargs="+", metavar="NAME",
+                        help="measure only these sections (aten, backward, foreach, c10d, "
+                             "framework, graph, gemm_shape); default all")
     args = parser.parse_args()
     if args.import_raw:
-        with open(args.import_raw) as f:
-            table = derive_table(json.load(f), args.reference)
+        if not args.gemm_raw:
+            parser.error("--import-raw needs --gemm-raw (the gemm_shape record)")
+        with open(args.import_raw) as f, open(args.gemm_raw) as g:
+            table = derive_table(json.load(f), args.reference, json.load(g))
         print(json.dumps(table, indent=1))
         if args.write:
             with open(args.write, "w") as f:
@@ -401,8 +479,9 @@ def main() -> None:
     torch.cuda.set_device(dev)
     rec = Recorder(args.rounds)
     started = time.time()
-    for section in (aten_cases, backward_cases, foreach_cases, c10d_cases, framework_cases,
-                    graph_cases):
+    for section in SECTIONS:
+        if args.sections and section.__name__.removesuffix("_cases") not in args.sections:
+            continue
         section(rec, dev)
         print(f"# {section.__name__} done at {time.time() - started:.0f} s", flush=True)
     record = {
