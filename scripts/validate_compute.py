@@ -59,7 +59,7 @@ def errors(rows: Iterable[MeasuredRow],
     return by_section
 
 
-def _is_modelled_holdout(row: MeasuredRow) -> bool:
+def is_modelled_holdout(row: MeasuredRow) -> bool:
     """An off-grid row of a kernel the model stands for (attention: the default backend's)."""
     return row.holdout and row.shape.get("backend", BACKEND_OF_DEFAULT_SDPA) in (
         BACKEND_OF_DEFAULT_SDPA, "default")
@@ -83,7 +83,7 @@ def main() -> None:
         without_holdout = KernelTable.load(table_path(name), holdout=False)  # type: ignore[arg-type]
         interpolating = ComputeModel(gpu, without_holdout,
                                      EfficiencyCurves.fit(without_holdout, gpu))
-        holdouts = [r for r in full.rows if _is_modelled_holdout(r)]
+        holdouts = [r for r in full.rows if is_modelled_holdout(r)]
         checks = {
             "interpolated (holdouts)": errors(holdouts,
                                               lambda s: interpolating.cost(s).duration_ns),

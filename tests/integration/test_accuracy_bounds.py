@@ -1,0 +1,168 @@
+"""Accuracy regression in CI: the error bounds the README states, recomputed from the stored
+measurements, and golden ``summary.json`` numbers of deterministic bundled scenarios.
+
+A failure here means the model's accuracy moved. If it got better, lower the bound here and in
+the README's "Measured" table; if a golden changed on purpose, rewrite the goldens with
+``PHANTORA_UPDATE_GOLDEN=1 python3 -m pytest tests/integration/test_accuracy_bounds.py`` and
+say why in the commit.
+"""
+
+import json
+import os
+import statistics
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+from rich.console import Console
+
+from tests.integration.live_examples import ROOT
+
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import validate_accuracy as harness  # scripts/ is not a package: imported from its folder
+import validate_collectives as collectives_harness
+import validate_compute as compute_harness
+from phantora.cluster.catalogue import CATALOGUE
+from phantora.compute.fitted import EfficiencyCurves
+from phantora.compute.model import ComputeModel, table_path
+from phantora.compute.table import KernelTable
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+UPDATE_GOLDEN = os.environ.get("PHANTORA_UPDATE_GOLDEN") == "1"
+
+COLLECTIVE_BOUNDS = {"h100x8": (3.4, 6.9), "h200x2": (7.5, 24.5)}
+"""README: collectives >= 1 MiB with NCCL's own choices, (mean, max) |error| in %."""
+HOLDOUT_MEDIAN_BOUNDS = {("h100", "matmul"): 8.0, ("h100", "memory"): 7.9,
+                         ("h100", "attention"): 13.4, ("h200", "matmul"): 6.9,
+                         ("h200", "memory"): 8.0, ("h200", "attention"): 13.9}
+"""README: median |error| in % of kernels the compute model was not given (held-out shapes)."""
+STEADY_STEP_BOUNDS = (3.1, 11.9)
+"""README: (mean, max) |step error| in % over the workloads steady across host instances, in
+reproducible mode (the harness's goal is a mean of 5% and a max of 10%: the max is missed by
+GPT-2 350M batch 8 on 2xH200)."""
+
+
+def _rounded_up(value: float) -> float:
+    """A bound stated with one decimal holds up to the next 0.05."""
+    return value + 0.05
+
+
+def test_collectives_stay_within_the_readme_bounds() -> None:
+    points = collectives_harness.h100_points() + [
+        point for name, folder in collectives_harness.measured_sets().items()
+        for point in collectives_harness.measured_points(name, folder, "default")]
+    for point in points:
+        collectives_harness.simulate(point)
+    for dataset, (mean_bound, max_bound) in COLLECTIVE_BOUNDS.items():
+        errors = [abs(p.error_pct) for p in points if p.dataset == dataset and p.nbytes >= 1 << 20
+                  and p.variant in collectives_harness.GOAL_VARIANTS]
+        assert errors, dataset
+        assert statistics.mean(errors) <= _rounded_up(mean_bound), (dataset, errors)
+        assert max(errors) <= _rounded_up(max_bound), (dataset, errors)
+
+
+@pytest.mark.parametrize("gpu", ["h100", "h200"])
+def test_held_out_kernels_stay_within_the_readme_bounds(gpu: str) -> None:
+    path = table_path(gpu)
+    assert path is not None
+    spec = CATALOGUE[gpu]
+    without_holdouts = KernelTable.load(path, holdout=False)
+    model = ComputeModel(spec, without_holdouts, EfficiencyCurves.fit(without_holdouts, spec))
+    holdouts = [row for row in KernelTable.load(path).rows
+                if compute_harness.is_modelled_holdout(row)]
+    by_family = compute_harness.errors(holdouts, lambda s: model.cost(s).duration_ns)
+    for (bound_gpu, family), bound in HOLDOUT_MEDIAN_BOUNDS.items():
+        if bound_gpu == gpu:
+            median = 100 * float(np.median(np.abs(by_family[family])))
+            assert median <= _rounded_up(bound), (gpu, family, median)
+
+
+@pytest.mark.slow
+def test_steady_workloads_stay_within_the_readme_bounds_in_reproducible_mode(
+        tmp_path: Path) -> None:
+    """Every measured workload whose real step does not move with the host instance
+    (``validate_accuracy.steady_across_hosts``), simulated once in reproducible mode: about
+    a minute and a half here."""
+    cases = [case for case in harness.measured_cases() if harness.steady_across_hosts(case)]
+    assert len(cases) >= 8
+    console = Console(quiet=True)
+    errors = {}
+    for case in cases:
+        reproducible = {**case.scenario, "simulation": {"reproducible": True}}
+        outcome = harness.simulate(replace(case, scenario=reproducible), tmp_path, console)
+        assert outcome.error is None, (case.name, outcome.error)
+        errors[case.name] = harness.error_pct(outcome.simulated_ms, case.measured_ms)
+    magnitudes = [abs(error) for error in errors.values()]
+    table = "\n".join(f"{name:32} {error:+6.1f}%" for name, error in errors.items())
+    mean_bound, max_bound = STEADY_STEP_BOUNDS
+    assert statistics.mean(magnitudes) <= _rounded_up(mean_bound), table
+    assert max(magnitudes) <= _rounded_up(max_bound), table
+
+
+# --- golden summaries ----------------------------------------------------------------------
+
+GOLDEN_SCENARIOS = {
+    "h200x2-nvswitch-collectives": ({}, 0.0),
+    "2x8-h100-rail-allreduce": ({}, 0.0),
+    "h100x2-gpt-ddp": ({"simulation": {"reproducible": True}}, 3e-4),
+}
+"""Bundled scenario -> (overrides, relative tolerance of simulated times). Collectives are
+deterministic to the ns; a reproducible-mode script within 0.03% where collectives overlap
+kernels (the README's claim)."""
+
+
+def _numbers(summary: dict[str, Any]) -> dict[str, Any]:
+    """What a golden keeps of a summary: simulated results only (no wall or CPU times)."""
+    kept: dict[str, Any] = {"simulated_ns": summary["simulated_ns"],
+                            "collectives": [{k: row[k] for k in ("op", "bytes", "ranks",
+                                                                 "time_us", "algorithm",
+                                                                 "protocol", "channels",
+                                                                 "flows", "count")}
+                                            for row in summary["collectives"]]}
+    if summary["workload"] == "script":
+        kept["ranks"] = [{k: rank[k] for k in ("rank", "clock_ns", "kernels", "collectives",
+                                               "peak_memory_bytes", "peak_reserved_bytes")}
+                         for rank in summary["ranks"]]
+    return kept
+
+
+def _assert_close(actual: Any, golden: Any, rel: float, where: str) -> None:
+    """Equal structure; ints and floats named like times within ``rel``, the rest exact."""
+    if isinstance(golden, dict):
+        assert actual.keys() == golden.keys(), where
+        for key in golden:
+            _assert_close(actual[key], golden[key], rel, f"{where}.{key}")
+    elif isinstance(golden, list):
+        assert len(actual) == len(golden), where
+        for index, (a, g) in enumerate(zip(actual, golden, strict=True)):
+            _assert_close(a, g, rel, f"{where}[{index}]")
+    elif where.endswith(("_ns", "_us")):
+        assert actual == pytest.approx(golden, rel=rel, abs=0), where
+    else:
+        assert actual == golden, where
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN_SCENARIOS))
+def test_bundled_scenario_matches_its_golden_summary(name: str, tmp_path: Path,
+                                                     run_cli: Any) -> None:
+    overrides, rel = GOLDEN_SCENARIOS[name]
+    source = ROOT / "scenarios" / f"{name}.yaml"
+    scenario = {**yaml.safe_load(source.read_text()), **overrides}
+    workload = scenario["workload"]
+    if "script" in workload:
+        workload["script"] = str(source.parent / workload["script"])
+    path = tmp_path / source.name
+    path.write_text(yaml.safe_dump(scenario))
+    run_cli([str(path), "--out", str(tmp_path / "out")])
+    actual = _numbers(json.loads((tmp_path / "out" / "summary.json").read_text()))
+    golden_path = GOLDEN / f"{name}.json"
+    if UPDATE_GOLDEN:
+        golden_path.parent.mkdir(exist_ok=True)
+        golden_path.write_text(json.dumps(actual, indent=1) + "\n")
+    golden = json.loads(golden_path.read_text())
+    _assert_close(actual, golden, rel, name)
