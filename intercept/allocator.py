@@ -36,10 +36,7 @@ Not modelled: expandable segments and the other ``PYTORCH_CUDA_ALLOC_CONF`` opti
 private pools, oversize blocks (``max_split_size``), IPC. Deterministic: virtual addresses are
 handed out in order, so the same calls give the same blocks.
 
-Cost: 1.6 us of CPU per allocation or free on this project's 2-core machine
-(``test_an_allocation_or_free_costs_under_2_us`` in ``tests/intercept/test_allocator.py``
-measures it; replaying a real GPT step's allocations gives the same); inside a rank, with
-torch's own work evicting the caches between calls, ~6 us, about 3% of a rank's CPU.
+Its CPU cost per call and its validation: ``docs/models/memory.md``.
 """
 
 from bisect import bisect_left, insort

@@ -42,15 +42,8 @@ about what a plain Python call costs, plus the runtime's modelled launch overhea
   since the previous one of its kind, so it never takes another thread's time, nor more than
   was spent; readings stay monotonic (below).
 
-Error, per intercepted op, of ``launch overhead + plain call`` (``tests/intercept/
-test_overhead.py``; 2 shared cores): +0.3-1 us in a tight loop of a trivial op; +1-2.5 us for
-ops that make and free tensors, query metadata or alternate with other Python work (the glue's
-cache misses after other work are not deducted; a real host's dispatch path has them too); up
-to +4 us after syscall-heavy code. The deduction holds the machine's load at calibration time:
-a busier machine later leaves more glue in, a quieter one takes up to ~2 us per op off the
-script's CPU time. Ops the autograd engine issues have no Python binding around them, so part
-of their deduction comes out of the engine's own work (not measured apart). Left in: Python's
-deallocation of FakeTensors the script drops (~0.6 us each, a real tensor's ~0.2 us).
+What is left of the interceptor per op, measured (``tests/intercept/test_overhead.py``):
+``docs/models/host.md``.
 
 *Host speed.* The script's counted CPU time is this machine's; a real GPU host runs the same
 Python at its own speed, and this machine's speed drifts with its load (on 2 shared cores the same
@@ -84,11 +77,9 @@ from intercept.host_speed import UNSCALED, SpeedRatio
 
 _NS_PER_S = 1_000_000_000
 REMEASURE_EVERY_CPU_NS = 50_000_000
-"""Process CPU time between two host-speed measurements of a rank: one benchmark round (~5 ms
-on the 2-core development machine) per 50 ms, ~10% of the simulation's CPU. The development
-machine's speed flips by ~2x for spans of about a second; measured every 250 ms, the simulated
-step of a host-bound GPT-2 124M probe (batch 1, 64 tokens, 2xH200 scenario) read 27.5-33.5 ms
-over 11 runs, every 50 ms (with :data:`intercept.host_speed.WINDOW` 3) 30.9-33.8 ms."""
+"""Process CPU time between two host-speed measurements of a rank: one benchmark round per
+50 ms, ~10% of the simulation's CPU, often enough to follow a shared machine's speed changes
+(``docs/models/host.md`` has the measurements)."""
 
 # The real functions, captured before any patching: the clock and the client must keep using them.
 _process_time_ns = time.process_time_ns

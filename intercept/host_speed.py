@@ -2,8 +2,7 @@
 
 A rank's virtual time counts the script's own CPU time (``intercept.clock``), measured on the
 machine that simulates. That machine is not the GPU host being simulated, and its speed drifts
-with what else runs on it: on the 2-core development VM the benchmark below took 4.3-5.0 ms of
-CPU when the box was quiet and 7-12 ms while other tenants were busy (``scripts/data/host/``),
+with what else runs on it (on the 2-core development VM by up to 2-3x, ``docs/models/host.md``),
 which makes host-bound steps look that much slower. So the script's counted CPU time is scaled
 by ``reference_ns / local_ns`` of a short, fixed benchmark: what the reference host spent on it
 over what this machine spends on it now.

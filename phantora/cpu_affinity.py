@@ -1,17 +1,10 @@
 """Which of this machine's CPUs a simulation runs on.
 
 A rank's virtual time counts its script's CPU time (``intercept.clock``), so anything that
-slows this machine's CPUs while the script runs lands in the estimate. On the 2-vCPU
-development VM the two vCPUs slow each other like hyper-thread siblings: a GPT-2 124M forward
-timed 120 times in a rank had a 34-44% coefficient of variation in counted CPU while the
-coordinator ran on the other vCPU, 23% with both pinned to one (``scripts/data/host/README.md``,
-session 5). So a one-rank simulation on such a small machine runs on one CPU by default: in
-the accuracy harness (3 simulations per case, pinned and unpinned runs some minutes apart) the
-single-GPU GPT-2 124M/350M and CI-model steps read 10-15% lower pinned, all closer to the
-measured ones (GPT-2 124M batch 8 on H100: 34.2 against 38.9 ms, measured 31.2), in the same
-wall time. Several ranks are not pinned: time-sharing one CPU, each rank's script runs on
-caches the others have just used, and 2-rank DDP / FSDP2 GPT-2 124M steps read 17% / 10% longer
-(further from the measured ones) in 57-65% more wall time.
+slows this machine's CPUs while the script runs lands in the estimate. On a machine of at most
+two CPUs that slow each other like hyper-thread siblings, a one-rank simulation runs on one CPU
+by default; several ranks are not pinned (time-sharing one CPU made them slower and further from
+the measured steps). The measurements behind both choices: ``docs/models/host.md``.
 """
 import os
 from collections.abc import Iterator

@@ -1,81 +1,29 @@
-"""Compute/communication overlap: a kernel runs slower while NCCL works on the same GPU.
+"""Compute/communication overlap: a kernel runs slower while NCCL works on the same GPU, and
+the collective slower beside kernels.
 
-NCCL runs a collective as a kernel of one CUDA block per channel: each block holds a streaming
-multiprocessor for the whole call and streams data through HBM. A kernel that runs meanwhile on
-another stream gets the SMs and memory bandwidth that are left, so it takes longer.
+NCCL runs a collective as a kernel of one CUDA block per channel that holds its SM and streams
+through HBM for the whole call, so a kernel on another stream gets what is left. The factors
+come from measurements on 2x H200 (``scripts/measure_overlap.py``, ``scripts/data/overlap/``);
+what was measured, how the rule below was chosen and what it misses: ``docs/models/compute.md``.
 
-**Measured** on 2x H200 (NVLink, NCCL 2.28.9, torch 2.11, 132 SMs, NCCL's 24 ring channels) by
-``scripts/measure_overlap.py``; raw logs, CSV and README under ``scripts/data/overlap/h200x2/``.
-Every rank ran kernel K on one stream while all_reduce, all_gather or reduce_scatter of 16 or
-256 MiB ran back-to-back on another; K's slowdown is its mean time while a collective was busy
-over its mean time alone. What it showed, and what the model keeps:
+* A kernel's factor is read off a curve of its alone duration (linear in log duration between
+  measured kernels, flat beyond), one curve for compute-bound kernels (FLOPs counted: matrix
+  products, attention) and one for memory-bound ones; host copies (copy engines) are not slowed.
+* :class:`CommWindows` (applied by ``phantora.engine.streams``): a kernel's start and end are
+  fixed when it reaches the head of its stream, from what the engine knows then. A collective is
+  in flight on a GPU from when its stream reaches it (waiting for late peers included) until its
+  end; the kernel runs at ``1 / factor`` of its alone speed while any collective is in flight.
+  A collective whose end is not known yet is expected to move data for as long as its latest
+  occurrence (same op, group and size) did once every member had reached it, and is left out
+  when there was none; one its stream has not reached because it waits for an earlier
+  collective counts from when the stream should reach it (``RankDevice.expected_windows``).
+* :func:`collective_end_ns`: NCCL's blocks get SMs once the kernels running at the collective's
+  start have ended, then progress at ``1 / factor`` beside each kernel (the 256 MiB curves); the
+  collective ends when its most slowed member does.
 
-* The slowdown depends mostly on how long K runs, little on which collective, and not on how
-  many channels NCCL uses: bf16 GEMMs of 2048^3 (27 us alone) x1.47-1.87, 4096^3 (178 us)
-  x1.15-1.45, 8192^3 (1.41 ms) x1.06-1.13; the memory-bound layer_norm [8192, 4096] (59 us)
-  x1.12-1.51 and add of 256 MiB (188 us) x1.07-1.22. With NCCL capped at 8 channels the GEMMs
-  were slowed as much as with 24 (a GEMM's tiles run in waves over the SMs: losing any SM can
-  cost a whole extra wave), the add less (x1.08: fewer channels, less HBM traffic).
-* 256 MiB collectives slow K more than 16 MiB ones (small calls are themselves starved of SMs
-  behind K and run less of the time). The curves below average the three collectives and both
-  sizes; every measured point lies within 0.22 of its curve.
-
-So a kernel's factor is read off a curve of its alone duration (linear in log duration between
-the measured kernels, flat beyond them), one curve for compute-bound kernels (FLOPs counted:
-matrix products, attention) and one for the rest, which are memory-bound. Copies between host
-and GPU run on the copy engines over PCIe and are not slowed.
-
-**The rule** (:class:`CommWindows`, applied by ``phantora.engine.streams``): a kernel's start
-and end are fixed when it reaches the head of its stream, from what the engine knows then. A
-collective is *in flight* on a GPU from the time its stream reached it until its end: NCCL's
-blocks hold their SMs from then on, also while they spin waiting for a late peer (the real FSDP2
-GPT-2 profile, ``scripts/data/ops/``: rank 0's matmuls took 10.4 ms per step against rank 1's
-6.9 ms while its NCCL kernels waited for rank 1, 3.6 ms per reduce-scatter against 0.1 ms).
-The kernel runs at ``1 / factor`` of its alone speed while any collective is in flight and at
-full speed otherwise, so one that ends inside the kernel stretches only the overlapped part.
-
-A collective's end is often not known yet when a kernel is placed: the network is simulated only
-up to the ranks' host clocks, and in a GPU-bound step the host runs far ahead of the GPU. Such a
-collective is assumed to move data for as long as its latest occurrence (same op, group and
-size) did on this GPU once every member had reached it (its transfer, without the wait for
-peers), from when every member reached it or, while that is not known, from when this GPU did;
-it is left out when there was no such occurrence. Counting the wait in the expected
-duration made a rank that got ahead slow its kernels for windows that never came, fall behind,
-and make its peer wait in turn: on 2xH200 DDP Llama-1B the collectives grew from 0.22 to
-1.2-2.3 ms and the step by 10% within 8 steps. Assuming "in flight for ever" instead stretched
-every backward kernel of a DDP GPT-2 124M step after the first gradient bucket: +18% step time
-(31 ms of stretch over 4 steps, where the collectives' true ends gave 0.17 ms).
-
-The engine places queued items of all streams of a GPU in GPU time order, and a collective
-that its stream has not reached yet because the stream waits for an earlier collective's end
-counts as in flight from when the stream should reach it (``RankDevice.expected_windows``): DDP
-queues each bucket's all-reduce behind the previous one, FSDP2 the next all-gather behind the
-current one. Without that, 2xH200 DDP Llama-1B slowed 120 kernels by 1.0 ms over 8 steps
-(the real matmuls ran 9% slower beside NCCL than alone: 84.9 against 77.8 ms per step,
-``scripts/data/ops/``); with it 970 kernels by 1.9 ms per step, and the simulated step moved
-from -3.6% to -2.3% of the measured one.
-
-**The other way round** (:func:`collective_end_ns`, applied when the network model finishes a
-collective): the kernels slow the collective too. Measured beside the same kernels, the
-256 MiB collectives took x1.10 (GEMM 2048^3), x1.23 (4096^3) and x2.34 (8192^3) longer, x1.11
-(layer_norm) and x1.82 (add); 16 MiB calls x1.4 to x13, about one kernel's duration more than
-alone. The model: NCCL's blocks get SMs only once the kernels running when the collective
-starts have ended, then it progresses at ``1 / factor`` beside each kernel, the factor read off
-the 256 MiB curves by the kernel's kind and alone duration. The collective ends when its most
-slowed member does (its ring steps couple them). On 2xH200 DDP Llama-1B this took the
-all-reduces of 42-67 MB from 145-220 us to 305-423 us (the real rank 0 profile reads 487 us on
-average, waiting for the peer included) and the step from -2.3% to -1.0% (reproducible mode).
-
-What it misses: a collective issued later in program order than the kernel; the first
-occurrence of a collective while its end is pending; FSDP2's collectives still run shorter than
-the real ones (Llama-1B all-gather 447 against 842 us, reduce-scatter 744 against 1520 us in the
-real rank 0 profile, which includes waiting for the peer), so the kernels beside them are
-slowed less (4.7 ms per step against +9.9 ms for the real matmuls); the kernels' slowdown by a
-collective's stretched part, placed before its end was known; whether a kernel's end is fixed
-before or after a collective's end is known depends on how far the other ranks have run, so
-reproducible mode is not bit-identical where collectives overlap kernels (2xH200 DDP Llama-1B:
-179.54-179.59 ms per step over 7 runs); GPUs other than the H200 use its curves; several collectives in flight at once
-count as one.
+Whether a kernel's end is fixed before or after a collective's end is known depends on how far
+the other ranks have run, so reproducible mode is not bit-identical where collectives overlap
+kernels (within 0.03%).
 """
 
 import itertools
