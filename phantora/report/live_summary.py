@@ -4,9 +4,9 @@ import time
 from collections import defaultdict
 
 from phantora.compute import Coverage
-from phantora.engine.benchmark import bus_factor
 from phantora.engine.live import CollectiveRecord, LiveResult
 from phantora.network.base import NetworkBackend
+from phantora.report.benchmark import bus_factor
 from phantora.report.summary import CollectiveResult, Summary
 
 

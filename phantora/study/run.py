@@ -1,10 +1,11 @@
 """Runs a sweep's points (on Ray when installed, else one after another) into one table.
 
-Each point runs in its own process (:mod:`phantora.study.point`). With Ray (the ``study``
-extra) the points are Ray tasks, on a local Ray by default or on the cluster at ``--address``;
-a live point asks for as many CPUs as it has ranks, so live points do not share CPUs (their
-measured host time would grow). Without Ray they run in turn, with a note. A replayed point
-needs the base scenario's live recording, which runs first.
+Each point runs in its own process, ``python -m POINT_MODULE POINT.json`` (the caller names
+the module: the CLI's :mod:`phantora.cli.point`). With Ray (the ``study`` extra) the points
+are Ray tasks, on a local Ray by default or on the cluster at ``--address``; a live point asks
+for as many CPUs as it has ranks, so live points do not share CPUs (their measured host time
+would grow). Without Ray they run in turn, with a note. A replayed point needs the base
+scenario's live recording, which runs first.
 """
 
 import json
@@ -27,10 +28,11 @@ _ERROR_TAIL = 600
 """Characters of a failed point's output kept in its row."""
 
 
-def run_sweep(sweep: Sweep, out_dir: Path | None, console: Console,
+def run_sweep(sweep: Sweep, out_dir: Path | None, console: Console, point_module: str,
               address: str | None = None) -> int:
-    """Run every point and write ``out_dir/results.csv`` (and ``.parquet``) and the plots;
-    0 if at least one point ran, 1 if none did."""
+    """Run every point (each by ``python -m point_module POINT.json``) and write
+    ``out_dir/results.csv`` (and ``.parquet``) and the plots; 0 if at least one point ran, 1 if
+    none did."""
     out_dir = out_dir or Path("out") / f"{sweep.name}-sweep"
     out_dir.mkdir(parents=True, exist_ok=True)
     wall_start = time.perf_counter()
@@ -48,7 +50,7 @@ def run_sweep(sweep: Sweep, out_dir: Path | None, console: Console,
             progress.update(bar, description="live recording of the base scenario")
             base = {"data": {**sweep.base, "name": f"{sweep.name}-base"},
                     "source": sweep.source, "out": str(out_dir / BASE_DIR), "replay_of": None}
-            code, output, _ = run_point(base, out_dir / BASE_DIR / "point.json")
+            code, output, _ = run_point(point_module, base, out_dir / BASE_DIR / "point.json")
             base_error = "" if code == 0 else f"the base recording failed: {_tail(output)}"
             progress.advance(bar)
         runnable = []
@@ -67,7 +69,7 @@ def run_sweep(sweep: Sweep, out_dir: Path | None, console: Console,
                                           summary, "" if code == 0 else _tail(output), wall_s)
             progress.advance(bar)
 
-        _execute(runnable, done, console, address)
+        _execute(point_module, runnable, done, console, address)
     ordered = [rows[index] for index in sorted(rows)]
     written = write_table(ordered, out_dir, console)
     wall_s = time.perf_counter() - wall_start
@@ -89,19 +91,20 @@ def _task(point: SweepPoint, sweep: Sweep, out_dir: Path) -> tuple[SweepPoint, d
                    else point.scenario.workload.world_size}
 
 
-def run_point(spec: dict[str, Any], spec_path: Path) -> tuple[int, str, float]:
+def run_point(point_module: str, spec: dict[str, Any],
+              spec_path: Path) -> tuple[int, str, float]:
     """Run one point in a child process: (exit code, its output, wall seconds)."""
     spec_path.parent.mkdir(parents=True, exist_ok=True)
     spec_path.write_text(json.dumps(spec, indent=1, default=str) + "\n")
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "phantora.study.point", str(spec_path)],
+    done = subprocess.run([sys.executable, "-m", point_module, str(spec_path)],
                           capture_output=True, text=True, check=False)
     output = done.stdout + done.stderr
     (spec_path.parent / "console.log").write_text(output)
     return done.returncode, output, time.perf_counter() - start
 
 
-def _execute(tasks: list[tuple[SweepPoint, dict[str, Any]]],
+def _execute(point_module: str, tasks: list[tuple[SweepPoint, dict[str, Any]]],
              done: Callable[[SweepPoint, dict[str, Any], int, str, float], None],
              console: Console, address: str | None) -> None:
     try:
@@ -113,14 +116,15 @@ def _execute(tasks: list[tuple[SweepPoint, dict[str, Any]]],
             console.print("[dim]note: Ray is not installed (pip install -e '.\\[study]'); "
                           "running the points one after another[/dim]")
         for point, spec in tasks:
-            done(point, spec, *run_point(spec, Path(spec["out"]) / "point.json"))
+            done(point, spec, *run_point(point_module, spec, Path(spec["out"]) / "point.json"))
         return
     ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
     try:
         capacity = max(1, int(ray.cluster_resources().get("CPU", 1)))
         remote = ray.remote(run_point)
         pending = {remote.options(num_cpus=min(spec["cpus"], capacity)).remote(
-            spec, Path(spec["out"]) / "point.json"): (point, spec) for point, spec in tasks}
+            point_module, spec, Path(spec["out"]) / "point.json"): (point, spec)
+            for point, spec in tasks}
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
             point, spec = pending.pop(ready[0])

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from phantora.cluster.build import NVLINK_LATENCY_NS, build_topology, host_spec
+from phantora.cli.build import NVLINK_LATENCY_NS, build_topology, host_spec
 from phantora.cluster.topology import LinkKind, Topology
 from phantora.scenario import ClusterConfig, parse_scenario
 

@@ -8,16 +8,16 @@ the two differ.
 
 from pathlib import Path
 
-from phantora.cli import nccl_config
+from phantora.cli.build import nccl_config
 from phantora.cluster.catalogue import GpuSpec
 from phantora.cluster.topology import Topology
 from phantora.collectives import SystemInfo
 from phantora.compute import Coverage
 from phantora.engine.overlap import MEASURED_OVERLAP
-from phantora.engine.script_runner import gpus_of_ranks
 from phantora.network.base import NetworkBackend
 from phantora.record.graph import Recording, RecordingError, load_recording
 from phantora.record.replay import comparison, replay
+from phantora.record.script_runner import gpus_of_ranks
 from phantora.report.live_summary import fill_live_summary
 from phantora.report.summary import Summary
 from phantora.report.trace import write_trace

@@ -1,4 +1,4 @@
-"""One sweep point in its own process: ``python -m phantora.study.point POINT.json``.
+"""One sweep point in its own process: ``python -m phantora.cli.point POINT.json``.
 
 A process per point keeps points apart (ns-3's global state, a crashing rank) so that one
 failure is one failed row; the sweep reads the point's ``summary.json``. ``POINT.json`` holds

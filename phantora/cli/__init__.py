@@ -1,13 +1,14 @@
 """``phantora-ns3 SCENARIO.yaml [--out DIR]``: the composition root.
 
-A scenario with a ``sweep:`` block runs every point (:mod:`phantora.study`); subcommands
-``replay`` and ``export-chakra`` work on a recorded run (:mod:`phantora.record`).
+A scenario with a ``sweep:`` block runs every point (:mod:`phantora.study`, each point in
+its own process: :mod:`.point`); subcommands ``replay`` and ``export-chakra`` work on a
+recorded run (:mod:`.commands`, :mod:`.replay`).
 
-Load and validate the scenario, build the topology and the network backend, run the
-workload (a collectives sweep, or a live training script), write ``DIR/summary.json`` (and
-for scripts ``DIR/trace.json`` and ``DIR/ranks/rank<N>.log``) and print a table. Errors
-phantora raises on purpose are printed as one clear message (exit 2 for a bad scenario, 1
-otherwise), never a traceback.
+Load and validate the scenario, build the topology and the network backend (:mod:`.build`),
+run the workload (a collectives sweep, or a live training script), write
+``DIR/summary.json`` (and for scripts ``DIR/trace.json`` and ``DIR/ranks/rank<N>.log``) and
+print a table. Errors phantora raises on purpose are printed as one clear message (exit 2 for
+a bad scenario, 1 otherwise), never a traceback.
 """
 
 import argparse
@@ -19,33 +20,23 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from phantora.cluster.build import build_topology
+from phantora.cli.build import build_topology, make_backend, nccl_config
 from phantora.cluster.catalogue import GpuSpec, lookup_gpu
 from phantora.cluster.topology import Topology
 from phantora.collectives import CollectiveRequest, NcclConfig, SystemInfo
 from phantora.engine.benchmark import run_collective
 from phantora.errors import PhantoraError, ScenarioError
 from phantora.network.base import NetworkBackend
-from phantora.network.factory import make_backend
+from phantora.report.benchmark import collective_result
 from phantora.report.console import (collectives_table, coverage_line, fabric_line,
                                      hot_ports_table, ranks_table, with_progress)
-from phantora.report.summary import Summary
+from phantora.report.summary import CollectiveResult, Summary
 from phantora.scenario import (
     CollectivesWorkload,
-    NcclOverrides,
     Scenario,
     ScriptWorkload,
     load_scenario,
 )
-
-
-def nccl_config(overrides: NcclOverrides) -> NcclConfig:
-    """The scenario's ``nccl`` section as the collective model's config."""
-    return NcclConfig.make(
-        algorithms=None if overrides.algorithm == "auto" else overrides.algorithm,
-        protocols=None if overrides.protocol == "auto" else overrides.protocol,
-        min_channels=overrides.channels, max_channels=overrides.channels,
-        nvls=overrides.nvls)
 
 
 def run_scenario(scenario: Scenario, out_dir: Path, console: Console,
@@ -62,7 +53,7 @@ def run_scenario(scenario: Scenario, out_dir: Path, console: Console,
     summary = Summary(scenario=scenario.echo(), workload=scenario.workload.kind)
     try:
         if replay_of is not None:
-            from phantora.record.run import replay_run
+            from phantora.cli.replay import replay_run
             replay_run(replay_of, scenario, summary, topology, gpu, backend, out_dir)
         elif isinstance(scenario.workload, CollectivesWorkload):
             _sweep(scenario.workload, summary, topology, gpu, nccl_config(scenario.nccl),
@@ -84,16 +75,19 @@ def _sweep(workload: CollectivesWorkload, summary: Summary, topology: Topology, 
            config: NcclConfig, backend: NetworkBackend, console: Console) -> None:
     system = SystemInfo.from_topology(topology, gpu)
     points = [(op, nbytes) for op in workload.ops for nbytes in workload.sizes_bytes]
+
+    def row(op: str, nbytes: int) -> CollectiveResult:
+        request = CollectiveRequest.make(op, workload.ranks, nbytes, workload.dtype_bytes)
+        return collective_result(request, *run_collective(request, system, config, backend))
+
     summary.collectives = [
-        run_collective(CollectiveRequest.make(op, workload.ranks, nbytes, workload.dtype_bytes),
-                       system, config, backend)
-        for op, nbytes in with_progress(points, len(points), "simulating", console)]
+        row(op, nbytes) for op, nbytes in with_progress(points, len(points), "simulating", console)]
 
 
 def _script(workload: ScriptWorkload, scenario: Scenario, summary: Summary, topology: Topology,
             gpu: GpuSpec, backend: NetworkBackend, out_dir: Path, console: Console) -> None:
     # Imported here: only script workloads need the launcher (and, in the ranks, torch).
-    from phantora.engine.script_runner import run_script
+    from phantora.record.script_runner import run_script
     from phantora.report.live_summary import fill_live_summary
     from phantora.report.trace import write_trace
 
@@ -109,7 +103,7 @@ def _script(workload: ScriptWorkload, scenario: Scenario, summary: Summary, topo
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in SUBCOMMANDS:
-        from phantora.study.commands import run_subcommand
+        from phantora.cli.commands import run_subcommand
         return run_subcommand(argv[0], argv[1:], _console())
     parser = argparse.ArgumentParser(prog="phantora-ns3", description=__doc__.splitlines()[0],
                                      epilog="subcommands: " + ", ".join(
@@ -126,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         sweep = load_sweep(args.scenario)
         if sweep is not None:
             from phantora.study.run import run_sweep
-            return run_sweep(sweep, args.out, console, address=args.address)
+            return run_sweep(sweep, args.out, console, "phantora.cli.point",
+                             address=args.address)
         scenario = load_scenario(args.scenario)
     except PhantoraError as error:
         return report_error(error, console)
@@ -173,7 +168,3 @@ def simulate(scenario: Scenario, out_dir: Path, console: Console,
     console.print(f"simulated in {summary.wall_seconds['total']:.2f} s wall; "
                   f"wrote {out_dir / 'summary.json'}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -38,7 +38,7 @@ def run_script(workload: ScriptWorkload, simulation: SimulationConfig, topology:
                gpu: GpuSpec, nccl: NcclConfig, backend: NetworkBackend, out_dir: Path,
                echo: Callable[[str], None], seed: int = 0) -> tuple[LiveResult, Coverage]:
     """Run the script on every rank to completion (``seed``: the value model's) and record its
-    execution graph to ``out_dir/graph`` (:mod:`phantora.record`); raises DeadlockError /
+    execution graph to ``out_dir/graph`` (:mod:`.recorder`); raises DeadlockError /
     RankCrashed."""
     coverage = Coverage(gpu)
     launcher = Launcher(workload.script, workload.args, workload.env, workload.world_size,
