@@ -37,7 +37,7 @@ about what a plain Python call costs, plus the runtime's modelled launch overhea
   reads, ~0.25 us); per outermost op dispatch, the C++ glue around the call into Python (the
   binding's argument parsing, the dispatcher up to the Python key, the fallback's argument
   conversion): counted CPU per ``x.add_(y)`` minus per plain Python call of two arguments,
-  the smallest of 10 rounds of 100 (``fake_mode.calibrate_dispatch_glue``; 2.0-2.7 us on the
+  the smallest of 10 rounds of 100 (``dispatch_glue.calibrate_dispatch_glue``; 2.0-2.7 us on the
   2-core development machine). A deduction takes at most the CPU time its thread spent counted
   since the previous one of its kind, so it never takes another thread's time, nor more than
   was spent; readings stay monotonic (below).

@@ -23,8 +23,8 @@ from phantora.cluster.catalogue import GpuSpec
 from phantora.errors import SimulationError
 
 if TYPE_CHECKING:
-    from intercept.fake_mode import (DeviceMemory, FunctionalCollectiveHandler, Runtime,
-                                     SimFakeMode)
+    from intercept.device_memory import DeviceMemory
+    from intercept.fake_mode import FunctionalCollectiveHandler, Runtime, SimFakeMode
     from intercept.value_policy import ValuePolicy
 
     class DeviceRuntime(Runtime, Protocol):

@@ -38,7 +38,8 @@ import torch.utils._foreach_utils
 from torch._prims_common import suggest_memory_format
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
-from intercept import compiled, cuda_ops, fake_mode, shim
+from intercept import (compiled, cuda_ops, device_memory, dispatch_glue, fake_mode, host_reads,
+                       shim)
 from phantora.cluster.catalogue import GpuSpec
 from phantora.errors import SimulationError
 
@@ -75,7 +76,7 @@ class FakeDevices:
 
     gpu: GpuSpec
     device_count: int
-    memory: fake_mode.DeviceMemory
+    memory: device_memory.DeviceMemory
 
     def properties(self, device: Any = None) -> DeviceProperties:
         index = _index(device)
@@ -237,7 +238,7 @@ def is_current_stream_capturing() -> bool:
     return False  # CUDA graphs are not simulated
 
 
-# --- memory (intercept.fake_mode.DeviceMemory: a caching-allocator model per GPU) -------------
+# --- memory (intercept.device_memory.DeviceMemory: a caching-allocator model per GPU) ---------
 
 def memory_stats_as_nested_dict(device: Any = None) -> dict[str, Any]:
     return installed().memory.nested_stats(_index(device))
@@ -634,15 +635,15 @@ PATCHES: tuple[Patch | Wrap | Register, ...] = (
     Patch("torch.Tensor.cuda", tensor_cuda, "the binding needs a real device: 'Cannot access "
           "accelerator device when none is available'"),
     Patch("torch.Tensor.pin_memory", tensor_pin_memory, "NYI aten._pin_memory under fake"),
-    Patch("torch._subclasses.fake_tensor.FakeTensor.__format__", fake_mode.fake_format,
+    Patch("torch._subclasses.fake_tensor.FakeTensor.__format__", host_reads.fake_format,
           "Tensor.__format__ reads .item() only for exact torch.Tensor"),
-    Patch("torch._subclasses.fake_tensor.FakeTensor.__repr__", fake_mode.fake_repr,
+    Patch("torch._subclasses.fake_tensor.FakeTensor.__repr__", host_reads.fake_repr,
           "print(t) shows values like real torch, after a host sync"),
-    Patch("torch._subclasses.fake_tensor.FakeTensor.tolist", fake_mode.fake_tolist,
+    Patch("torch._subclasses.fake_tensor.FakeTensor.tolist", host_reads.fake_tolist,
           "one host sync instead of one per element"),
-    Patch("torch._subclasses.fake_tensor.FakeTensor.numpy", fake_mode.fake_numpy,
+    Patch("torch._subclasses.fake_tensor.FakeTensor.numpy", host_reads.fake_numpy,
           "would return uninitialised memory"),
-    Patch("torch._subclasses.fake_tensor.FakeTensor.__reduce_ex__", fake_mode.fake_reduce_ex,
+    Patch("torch._subclasses.fake_tensor.FakeTensor.__reduce_ex__", host_reads.fake_reduce_ex,
           "torch.save fails pickling the fake mode; writes meta placeholders instead"),
     Wrap("torch.utils.swap_tensors", swap_tensors_forgetting_memo,
          "Module.to('cuda'): 'Cannot swap t1 because it has weakref associated with it'"),
@@ -661,7 +662,7 @@ PATCHES: tuple[Patch | Wrap | Register, ...] = (
     Wrap("torch.compile", compile_with_runnable_backend, "inductor needs real buffers + Triton"),
     Wrap("torch.utils._python_dispatch._push_mode", push_mode_counting_its_dispatch,
          "a script's dispatch mode would run inside the shim's excluded call, for free"),
-    Wrap("threading.Thread._bootstrap_inner", fake_mode.bootstrap_thread_under_mode,
+    Wrap("threading.Thread._bootstrap_inner", host_reads.bootstrap_thread_under_mode,
          "dispatch modes are thread-local; script threads must make fake tensors too"),
 )
 
@@ -683,7 +684,7 @@ def install(gpu: GpuSpec, device_count: int) -> FakeDevices:
         raise SimulationError(f"a simulated host needs at least one GPU, got {device_count}")
     shim.library().fakecuda_set_device_count(device_count)
     _installed = FakeDevices(gpu, device_count,
-                             fake_mode.DeviceMemory(gpu.memory_bytes, gpu.sm_arch))
+                             device_memory.DeviceMemory(gpu.memory_bytes, gpu.sm_arch))
     replacements: dict[int, Any] = {}
     for entry in PATCHES:
         if isinstance(entry, Register):
@@ -702,7 +703,7 @@ def install(gpu: GpuSpec, device_count: int) -> FakeDevices:
     shim.exclude_interpreter_callbacks()
     section_ns = shim.calibrate_section_deduction()
     shim.set_deductions(shim.Deductions(section_ns, 0))
-    shim.set_deductions(shim.Deductions(section_ns, fake_mode.calibrate_dispatch_glue()))
+    shim.set_deductions(shim.Deductions(section_ns, dispatch_glue.calibrate_dispatch_glue()))
     return _installed
 
 

@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from intercept.fake_mode import FLOAT_VALUE, INT_VALUE
+from intercept.plausible import FLOAT_VALUE, INT_VALUE
 from phantora.compute.spec import MEMCPY_DTOH, MEMCPY_HTOD
 from tests.intercept.device_harness import run_snippet
 
