@@ -1,6 +1,6 @@
 """A rank's side of the coordinator connection: buffers ops, sends batches, blocks on syncs.
 
-Flush rules (``intercept.protocol``): ops leave in one :class:`~intercept.protocol.Batch` when
+Flush rules (:mod:`wire`): ops leave in one :class:`~wire.messages.Batch` when
 the rank blocks (:meth:`CoordinatorClient.sync`), when the caller asks (the runtime does after a
 collective), when the buffer holds ``max_buffered_ops``, and from a daemon heartbeat thread every
 ``heartbeat_interval_s`` of wall time while ops are pending or the clock has moved since the last
@@ -13,7 +13,7 @@ before anything else may leave (ops of other threads wait for it). All the clien
 heartbeat thread) is excluded from virtual time.
 
 Once started, a receiver thread reads everything the coordinator sends: replies go to the
-waiting sync, :class:`~intercept.protocol.ValueDelivery` messages to the value sink at once
+waiting sync, :class:`~wire.messages.ValueDelivery` messages to the value sink at once
 (values flow outside virtual time, so a rank's deferred values resolve while it runs on).
 """
 
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from intercept.clock import VirtualClock
-from intercept.protocol import Batch, Exit, Op, Reply, Sync, ValueDelivery, ValueUpdate
+from wire.messages import Batch, Exit, Op, Reply, Sync, ValueDelivery, ValueUpdate
 
 ValueSink = Callable[[tuple[tuple[int, Any], ...]], None]
 """Receives the values a :class:`ValueDelivery` carries (``ValueStore.deliver``)."""

@@ -60,7 +60,7 @@ In *reproducible* mode the CPU is not measured at all: every intercepted op (see
 times.
 
 The clock never goes backwards: every reading is at least the previous one, which is what lets a
-rank promise the coordinator that nothing it sends later is earlier (``intercept.protocol``).
+rank promise the coordinator that nothing it sends later is earlier (:mod:`wire`).
 """
 
 import os
@@ -72,8 +72,8 @@ from types import TracebackType
 from typing import Protocol
 
 from intercept import shim
-from intercept.host_cost import HostTimeSplit
 from intercept.host_speed import UNSCALED, SpeedRatio
+from wire.messages import HostTimeSplit
 
 _NS_PER_S = 1_000_000_000
 REMEASURE_EVERY_CPU_NS = 50_000_000

@@ -231,19 +231,3 @@ class GemmShapeCache:
         if len(cache) > self._capacity:
             cache.popitem(last=False)
         return False
-
-
-@dataclass(frozen=True, slots=True)
-class HostTimeSplit:
-    """A rank's host time by origin, in virtual ns (``summary.json``: ``ranks[].host_time``)."""
-
-    table_ns: int = 0
-    """Charged from the host-cost table (intercepted ops, collectives, kernel launches)."""
-    residual_ns: int = 0
-    """The script's own Python between intercepted ops, measured and converted to the reference
-    host (0 in reproducible mode, where a fixed cost per op stands for it)."""
-    fixed_ns: int = 0
-    """Reproducible mode's fixed cost per op (``simulation.cpu_time_per_op``)."""
-    steps: tuple[tuple[int, int, int], ...] = ()
-    """Per optimizer step (``torch.optim`` step hooks): ``(clock_ns at the step's end, table
-    ns, residual ns)`` spent since the previous step's end."""

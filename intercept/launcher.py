@@ -10,10 +10,11 @@ once: less memory per rank, no per-rank import time). Rank processes run
 Wiring:
 
 * one socketpair per rank, made here: the coordinator's ends are :attr:`Launcher.connections`
-  (``multiprocessing`` Connections carrying ``intercept.protocol`` messages), the other ends are
+  (``multiprocessing`` Connections carrying :mod:`wire` messages), the other ends are
   inherited by the fork server, which hands each to its rank;
-* a control socketpair to the fork server: spawn requests go down, ``spawned``/``exited``
-  reports come up (:meth:`Launcher.poll`, :attr:`Launcher.control` for ``connection.wait``);
+* a control socketpair to the fork server (:mod:`wire.control`): spawn requests go down,
+  ``Spawned``/``RankExit`` reports come up (:meth:`Launcher.poll`, :attr:`Launcher.control` for
+  ``connection.wait``);
 * every rank's stdout and stderr go to ``out_dir/ranks/rank<N>.log`` (:meth:`Launcher.tail`
   follows one), the fork server's own to ``out_dir/ranks/fork_server.log``.
 
@@ -36,7 +37,7 @@ import traceback
 import uuid
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from types import TracebackType
@@ -46,6 +47,7 @@ from intercept.runtime import KernelCostModel
 from intercept.value_policy import ValuePolicy
 from phantora.cluster.catalogue import GpuSpec
 from phantora.errors import SimulationError
+from wire.control import Failed, RankExit, Ready, Report, Request, Shutdown, Spawn, Spawned
 
 READY_TIMEOUT_S = 300.0
 """How long the fork server may take to import torch and build the shim (first run: g++)."""
@@ -57,15 +59,6 @@ ORPHAN_REAP_S = 2.0
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
-
-
-@dataclass(frozen=True, slots=True)
-class RankExit:
-    """A rank process ended: ``returncode`` as ``subprocess`` reports it (``-N``: signal N)."""
-
-    rank: int
-    pid: int
-    returncode: int
 
 
 class LogTail:
@@ -172,7 +165,7 @@ class Launcher:
         self.control.send(replace(self.spec, rank_fds=rank_fds))
         self._await_ready()
         for rank in range(self.spec.world_size):
-            self.control.send(("spawn", rank))
+            self._request(Spawn(rank))
         while len(self.pids) < self.spec.world_size:
             self._handle(self._recv_control(READY_TIMEOUT_S))
 
@@ -201,7 +194,7 @@ class Launcher:
         if server is not None and server.poll() is None:
             try:
                 assert self.control is not None
-                self.control.send(("shutdown",))
+                self._request(Shutdown())
                 server.wait(SHUTDOWN_TIMEOUT_S)
             except (OSError, subprocess.TimeoutExpired):
                 self._kill_groups([server.pid, *self.pids.values()])
@@ -231,17 +224,20 @@ class Launcher:
 
     def _await_ready(self) -> None:
         message = self._recv_control(READY_TIMEOUT_S)
-        if message[0] == "failed":
-            _, error, text = message
+        if isinstance(message, Failed):
             self.close()
-            if error is None:
-                raise SimulationError(f"the fork server failed:\n{text}")
-            error.add_note(f"(raised in the fork server)\n{text}")
-            raise error
-        if message[0] != "ready":
+            if message.error is None:
+                raise SimulationError(f"the fork server failed:\n{message.text}")
+            message.error.add_note(f"(raised in the fork server)\n{message.text}")
+            raise message.error
+        if not isinstance(message, Ready):
             raise SimulationError(f"unexpected message from the fork server: {message!r}")
 
-    def _recv_control(self, timeout_s: float) -> tuple:
+    def _request(self, request: Request) -> None:
+        assert self.control is not None
+        self.control.send(request)
+
+    def _recv_control(self, timeout_s: float) -> Report:
         assert self.control is not None and self._server is not None
         if not self.control.poll(timeout_s):
             self.close()
@@ -256,15 +252,13 @@ class Launcher:
                 f"the fork server exited with status {server.returncode}; "
                 f"see {self.spec.out_dir / 'ranks' / 'fork_server.log'}") from None
 
-    def _handle(self, message: tuple) -> RankExit | None:
-        if message[0] == "spawned":
-            _, rank, pid = message
-            self.pids[rank] = pid
+    def _handle(self, message: Report) -> RankExit | None:
+        if isinstance(message, Spawned):
+            self.pids[message.rank] = message.pid
             return None
-        if message[0] == "exited":
-            exit_ = RankExit(*message[1:])
-            self.exits[exit_.rank] = exit_
-            return exit_
+        if isinstance(message, RankExit):
+            self.exits[message.rank] = message
+            return message
         raise SimulationError(f"unexpected message from the fork server: {message!r}")
 
     @staticmethod
@@ -326,7 +320,7 @@ class _ForkServer:
         os.close(self.unspawned.pop(rank))  # the rank holds it now: its death means EOF
         self.ranks[pid] = rank
         self.pidfds[pid] = os.pidfd_open(pid)
-        self._report(("spawned", rank, pid))
+        self._report(Spawned(rank, pid))
 
     def reap(self, block: bool = False) -> None:
         """Collect ended descendants (orphaned DataLoader workers too) and report ranks; with
@@ -341,7 +335,7 @@ class _ForkServer:
             rank = self.ranks.pop(pid, None)
             if rank is not None:
                 os.close(self.pidfds.pop(pid))
-                self._report(("exited", rank, pid, os.waitstatus_to_exitcode(status)))
+                self._report(RankExit(rank, pid, os.waitstatus_to_exitcode(status)))
 
     def kill_all(self) -> None:
         """SIGKILL every rank's process group, reap them, then whatever else they left us."""
@@ -372,13 +366,13 @@ class _ForkServer:
                 message = self.control.recv()
             except EOFError:
                 break
-            if message[0] == "spawn":
-                self.spawn(message[1])
-            elif message[0] == "shutdown":
+            if isinstance(message, Spawn):
+                self.spawn(message.rank)
+            elif isinstance(message, Shutdown):
                 break
         self.kill_all()
 
-    def _report(self, message: tuple) -> None:
+    def _report(self, message: Report) -> None:
         try:
             self.control.send(message)
         except OSError:
@@ -407,11 +401,11 @@ def serve(control_fd: int, coordinator_pid: int) -> None:
     except BaseException as exc:  # noqa: BLE001 - reported to the coordinator, which raises it
         text = traceback.format_exc()
         try:
-            control.send(("failed", exc, text))
+            control.send(Failed(exc, text))
         except Exception:  # noqa: BLE001 - an exception that does not pickle
-            control.send(("failed", None, text))
+            control.send(Failed(None, text))
         return
-    control.send(("ready",))
+    control.send(Ready())
     server.serve()
     sys.stdout.flush()
     sys.stderr.flush()

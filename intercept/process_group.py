@@ -49,27 +49,15 @@ from torch.utils.weak import WeakTensorKeyDictionary
 import numpy as np
 
 from intercept import fake_mode
-from intercept.protocol import ValuePayload
 from intercept.runtime import RankRuntime
 from intercept.values import is_real, valuable
-from phantora.collectives.request import CollectiveOp
+from wire.messages import ValuePayload
+from wire.ops import IssuedOp
 
 BACKEND_NAME = "phantora"
 
 BARRIER_NBYTES = 4
 """NB: ProcessGroupNCCL's barrier all-reduces a one-element tensor; we take it as float32."""
-
-# Op names as the coordinator knows them: the collective model's, and the two sides of p2p.
-ALL_REDUCE = CollectiveOp.ALL_REDUCE.value
-ALL_GATHER = CollectiveOp.ALL_GATHER.value
-REDUCE_SCATTER = CollectiveOp.REDUCE_SCATTER.value
-BROADCAST = CollectiveOp.BROADCAST.value
-REDUCE = CollectiveOp.REDUCE.value
-ALL_TO_ALL = CollectiveOp.ALL_TO_ALL.value
-ALL_TO_ALLV = CollectiveOp.ALL_TO_ALLV.value
-SEND = "send"
-RECV = "recv"
-
 
 def _current_stream_id() -> int:
     """The caller's current CUDA stream; 0 (the default stream) where there is no fake device."""
@@ -208,7 +196,7 @@ class PhantomProcessGroup(dist.ProcessGroup):
         return self._group_size
 
     # -- the one place a collective is issued ------------------------------------------------
-    def issue(self, op: str, nbytes: int, dtype_bytes: int, outputs: list[torch.Tensor], *,
+    def issue(self, op: IssuedOp, nbytes: int, dtype_bytes: int, outputs: list[torch.Tensor], *,
               inputs: Sequence[torch.Tensor] = (), root: int = 0,
               splits: tuple[int, ...] | None = None, peer: int | None = None,
               host_sync: bool = False, reduce_op: str = "sum",
@@ -223,7 +211,7 @@ class PhantomProcessGroup(dist.ProcessGroup):
                 ranks = self.global_ranks
             else:
                 me, other = self.global_ranks[self._group_rank], self.global_ranks[peer]
-                ranks = (me, other) if op == SEND else (other, me)
+                ranks = (me, other) if op == IssuedOp.SEND else (other, me)
             values = _values_of(runtime, inputs, outputs, reduce_op, element_splits)
             if values is not None and values.want and any(is_real(t) for t in outputs):
                 host_sync = True
@@ -239,25 +227,26 @@ class PhantomProcessGroup(dist.ProcessGroup):
         all_to_allv."""
         send_bytes = [n * element_bytes for n in send_elements]
         if len(set(send_bytes)) <= 1:
-            return self.issue(ALL_TO_ALL, sum(send_bytes), element_bytes, outputs,
+            return self.issue(IssuedOp.ALL_TO_ALL, sum(send_bytes), element_bytes, outputs,
                               inputs=inputs)
-        return self.issue(ALL_TO_ALLV, sum(send_bytes), element_bytes, outputs, inputs=inputs,
-                          splits=tuple(send_bytes), element_splits=tuple(send_elements))
+        return self.issue(IssuedOp.ALL_TO_ALLV, sum(send_bytes), element_bytes, outputs,
+                          inputs=inputs, splits=tuple(send_bytes),
+                          element_splits=tuple(send_elements))
 
     # -- collectives ---------------------------------------------------------------------------
     def allreduce(self, tensors: list[torch.Tensor], opts: object = None) -> PhantomWork:
-        return self.issue(ALL_REDUCE, _nbytes(tensors), tensors[0].element_size(), tensors,
+        return self.issue(IssuedOp.ALL_REDUCE, _nbytes(tensors), tensors[0].element_size(), tensors,
                           inputs=tensors, reduce_op=_reduce_op(opts))
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: object = None) -> PhantomWork:
         return self.allreduce(tensors, opts)
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> PhantomWork:
-        return self.issue(BROADCAST, _nbytes(tensors), tensors[0].element_size(), tensors,
+        return self.issue(IssuedOp.BROADCAST, _nbytes(tensors), tensors[0].element_size(), tensors,
                           inputs=tensors, root=opts.rootRank)
 
     def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> PhantomWork:
-        return self.issue(REDUCE, _nbytes(tensors), tensors[0].element_size(), tensors,
+        return self.issue(IssuedOp.REDUCE, _nbytes(tensors), tensors[0].element_size(), tensors,
                           inputs=tensors, root=opts.rootRank, reduce_op=_reduce_op(opts))
 
     def allgather(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor],
@@ -275,7 +264,7 @@ class PhantomProcessGroup(dist.ProcessGroup):
     def all_gather_single_coalesced(self, outputs: list[torch.Tensor],
                                     inputs: list[torch.Tensor], opts: object = None) -> PhantomWork:
         # nccl-tests counts an all-gather by its gathered output
-        return self.issue(ALL_GATHER, _nbytes(outputs), outputs[0].element_size(), outputs,
+        return self.issue(IssuedOp.ALL_GATHER, _nbytes(outputs), outputs[0].element_size(), outputs,
                           inputs=inputs)
 
     def reduce_scatter(self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]],
@@ -290,14 +279,14 @@ class PhantomProcessGroup(dist.ProcessGroup):
                                         inputs: list[torch.Tensor],
                                         opts: object = None) -> PhantomWork:
         # nccl-tests counts a reduce-scatter by its full input
-        return self.issue(REDUCE_SCATTER, _nbytes(inputs), inputs[0].element_size(), outputs,
-                          inputs=inputs, reduce_op=_reduce_op(opts))
+        return self.issue(IssuedOp.REDUCE_SCATTER, _nbytes(inputs), inputs[0].element_size(),
+                          outputs, inputs=inputs, reduce_op=_reduce_op(opts))
 
     def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor,
                           output_splits: list[int], input_splits: list[int],
                           opts: object = None) -> PhantomWork:
         if not input_splits:
-            return self.issue(ALL_TO_ALL, _nbytes([input]), input.element_size(), [output],
+            return self.issue(IssuedOp.ALL_TO_ALL, _nbytes([input]), input.element_size(), [output],
                               inputs=[input])
         row = input.numel() // max(input.shape[0], 1)
         return self._all_to_all([s * row for s in input_splits], input.element_size(), [input],
@@ -314,7 +303,7 @@ class PhantomProcessGroup(dist.ProcessGroup):
         elements = [0] * self._group_size
         elements[opts.rootRank] = sum(t.numel() for t in inputs)
         size = inputs[0].element_size()
-        return self.issue(ALL_TO_ALLV, sum(elements) * size, size, _flat(output_lists),
+        return self.issue(IssuedOp.ALL_TO_ALLV, sum(elements) * size, size, _flat(output_lists),
                           inputs=inputs, splits=tuple(n * size for n in elements),
                           element_splits=tuple(elements))
 
@@ -324,19 +313,20 @@ class PhantomProcessGroup(dist.ProcessGroup):
         inputs = _flat(input_lists)
         elements = [t.numel() for t in inputs] or [0] * self._group_size
         size = outputs[0].element_size()
-        return self.issue(ALL_TO_ALLV, sum(elements) * size, size, outputs, inputs=inputs,
+        return self.issue(IssuedOp.ALL_TO_ALLV, sum(elements) * size, size, outputs, inputs=inputs,
                           splits=tuple(n * size for n in elements),
                           element_splits=tuple(elements))
 
     def barrier(self, opts: object = None) -> PhantomWork:
-        return self.issue(ALL_REDUCE, BARRIER_NBYTES, BARRIER_NBYTES, [], host_sync=True)
+        return self.issue(IssuedOp.ALL_REDUCE, BARRIER_NBYTES, BARRIER_NBYTES, [], host_sync=True)
 
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> PhantomWork:
-        return self.issue(SEND, _nbytes(tensors), tensors[0].element_size(), [],
+        return self.issue(IssuedOp.SEND, _nbytes(tensors), tensors[0].element_size(), [],
                           inputs=tensors, peer=dst)
 
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> PhantomWork:
-        return self.issue(RECV, _nbytes(tensors), tensors[0].element_size(), tensors, peer=src)
+        return self.issue(IssuedOp.RECV, _nbytes(tensors), tensors[0].element_size(), tensors,
+                          peer=src)
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> PhantomWork:
         raise NotImplementedError("recv from any source: NCCL does not support it either")
@@ -419,7 +409,7 @@ def handle_functional_collective(func: torch._ops.OpOverload, args: tuple, kwarg
         work = pg.reduce_scatter_single_coalesced(
             outputs, _as_list(bound.get("input", bound.get("inputs"))))
     elif name in ("broadcast", "broadcast_"):
-        work = pg.issue(BROADCAST, _nbytes(outputs), outputs[0].element_size(), outputs,
+        work = pg.issue(IssuedOp.BROADCAST, _nbytes(outputs), outputs[0].element_size(), outputs,
                         inputs=_as_list(bound.get("input")), root=bound["src"])
     elif name == "all_to_all_single":
         work = pg.all_to_all_single(outputs[0], bound["input"], bound["output_split_sizes"],

@@ -11,7 +11,7 @@ The fork server (``intercept.launcher``) forks and calls :func:`run_rank`, which
    fake CUDA mode, patches ``time``;
 5. runs the script with ``runpy.run_path(script, run_name="__main__")``; then, as the interpreter
    would, joins non-daemon threads and runs ``atexit`` handlers;
-6. sends the final batch with an :class:`~intercept.protocol.Exit` (status and, if the script
+6. sends the final batch with an :class:`~wire.messages.Exit` (status and, if the script
    raised, the traceback it also prints to stderr) and leaves with ``os._exit``.
 """
 

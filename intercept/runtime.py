@@ -29,17 +29,16 @@ import numpy as np
 from intercept.client import CoordinatorClient, ValueSink
 from intercept.clock import VirtualClock
 from intercept.host_cost import CUBLAS_GEMMS, GemmShapeCache, HostCostTable, load_table
-from intercept.protocol import (Collective, EventRecord, Exit, Kernel, RankStats, StreamWait,
-                                ValuePayload)
 from intercept.residual import ResidualSmoother
 from phantora.cluster.catalogue import GpuSpec
 from phantora.compute.model import KernelCost
 from phantora.compute.spec import KernelSpec
+from wire.messages import Collective, EventRecord, Exit, Kernel, RankStats, StreamWait, ValuePayload
+from wire.ops import P2P_OPS, IssuedOp
 
 KernelCostModel = Callable[[KernelSpec], KernelCost]
 """The compute model of the rank's GPU (``phantora.compute.ComputeModel.cost``)."""
 
-_P2P_OPS = frozenset({"send", "recv"})
 _CommKey = str | tuple[str, int, int]
 """A group's collectives, or one ordered (src, dst) pair of its point-to-point messages."""
 
@@ -158,7 +157,7 @@ class RankRuntime:
         reply = self._client.sync(kind, target)
         return reply.value if kind == "query" else reply.time_ns
 
-    def collective(self, *, group: str, ranks: tuple[int, ...], op: str, nbytes: int,
+    def collective(self, *, group: str, ranks: tuple[int, ...], op: IssuedOp, nbytes: int,
                    dtype_bytes: int, stream: int, root: int = 0,
                    splits: tuple[int, ...] | None = None,
                    values: ValuePayload | None = None) -> int:
@@ -169,7 +168,7 @@ class RankRuntime:
         ordered pair, so the two sides of each message get the same number (NCCL matches p2p
         within a communicator, in order).
         """
-        key: _CommKey = (group, ranks[0], ranks[1]) if op in _P2P_OPS else group
+        key: _CommKey = (group, ranks[0], ranks[1]) if op in P2P_OPS else group
         with self.clock.excluded(), self._comm_lock:  # DDP hooks issue from autograd threads
             seq = self._seqs.get(key, 0)
             self._seqs[key] = seq + 1
@@ -191,7 +190,7 @@ class RankRuntime:
 
     def finish(self, status: int, traceback: str = "", peak_memory_bytes: int = 0,
                peak_reserved_bytes: int = 0) -> None:
-        """Send the last ops and the :class:`~intercept.protocol.Exit` with the rank's own
+        """Send the last ops and the :class:`~wire.messages.Exit` with the rank's own
         measurements; nothing may follow."""
         script_ns, simulator_ns = self.clock.cpu_split_ns()
         split = replace(self.clock.host_split(), steps=tuple(self._steps))

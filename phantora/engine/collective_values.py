@@ -10,7 +10,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from intercept.protocol import ValuePayload
+from phantora.collectives import CollectiveOp
+from wire.messages import ValuePayload
 
 _REDUCERS = {
     "sum": np.add, "avg": np.add, "product": np.multiply, "min": np.minimum,
@@ -21,32 +22,32 @@ Result = dict[int, "np.ndarray | None"]
 """Group index of each member that wants values -> its flat output values."""
 
 
-def outputs(op: str, payloads: Sequence[ValuePayload | None], root: int = 0) -> Result:
+def outputs(op: CollectiveOp, payloads: Sequence[ValuePayload | None], root: int = 0) -> Result:
     """Every wanting member's output values of ``op`` (``payloads`` in group order; for a
     send/recv pair, ``(sender, receiver)``). ``root`` is a group index."""
     wanting = [i for i, p in enumerate(payloads) if p is not None and p.want]
     if not wanting:
         return {}
     data = [None if p is None else p.data for p in payloads]
-    if op == "send_recv":
+    if op == CollectiveOp.SEND_RECV:
         return {1: data[0]} if 1 in wanting else {}
-    if op == "broadcast":
+    if op == CollectiveOp.BROADCAST:
         return {i: data[root] for i in wanting}
     if any(d is None for d in data):
         return {i: None for i in wanting}
     arrays: list[np.ndarray] = [d for d in data if d is not None]
-    if op in ("all_reduce", "reduce", "reduce_scatter"):
+    if op in (CollectiveOp.ALL_REDUCE, CollectiveOp.REDUCE, CollectiveOp.REDUCE_SCATTER):
         reduced = _reduce(arrays, _reduce_op(payloads))
         if reduced is None:
             return {i: None for i in wanting}
-        if op == "reduce_scatter":
+        if op == CollectiveOp.REDUCE_SCATTER:
             parts = np.array_split(reduced, len(arrays))
             return {i: parts[i] for i in wanting}
-        return {i: reduced for i in wanting if op == "all_reduce" or i == root}
-    if op == "all_gather":
+        return {i: reduced for i in wanting if op == CollectiveOp.ALL_REDUCE or i == root}
+    if op == CollectiveOp.ALL_GATHER:
         gathered = np.concatenate(arrays)
         return {i: gathered for i in wanting}
-    if op in ("all_to_all", "all_to_allv", "gather", "scatter"):
+    if op in (CollectiveOp.ALL_TO_ALL, CollectiveOp.ALL_TO_ALLV):
         return _exchange(arrays, payloads, wanting)
     return {i: None for i in wanting}
 

@@ -1,6 +1,6 @@
 """The live coordinator: every rank's GPU work, its collectives and the network, kept in step.
 
-Ranks talk to the engine only through :mod:`intercept.protocol` messages over one
+Ranks talk to the engine only through :mod:`wire` messages over one
 ``multiprocessing`` Connection each. The loop (``docs/live-simulation.md``):
 
 1. Receive batches. Each op goes on its rank's stream (:mod:`.streams`): kernel times follow at
@@ -11,7 +11,7 @@ Ranks talk to the engine only through :mod:`intercept.protocol` messages over on
    only strictly below the *safe horizon* = min over running ranks of their clock promise (a
    querying rank counts with its query time; blocked and finished ranks promise nothing).
    A collective's end releases the work queued behind it; a rank blocked in a sync is answered
-   as soon as the completion it waits for is known (:class:`~intercept.protocol.Reply`), and
+   as soon as the completion it waits for is known (:class:`~wire.messages.Reply`), and
    counts as running again from that time on.
 3. If no rank is running and nothing is left to simulate while some rank is still blocked, that
    is a deadlock: :class:`DeadlockError` with a report, at once, never a hang. A rank that
@@ -33,19 +33,6 @@ from multiprocessing.connection import Connection, wait
 
 import numpy as np
 
-from intercept.host_cost import HostTimeSplit
-from intercept.protocol import (
-    Batch,
-    Collective,
-    EventRecord,
-    Kernel,
-    RankStats,
-    Reply,
-    StreamWait,
-    Sync,
-    ValueDelivery,
-    ValueUpdate,
-)
 from phantora.cluster.topology import Topology
 from phantora.collectives import (
     DEFAULT_CALIBRATION,
@@ -64,6 +51,19 @@ from phantora.engine.overlap import MEASURED_OVERLAP, OverlapModel
 from phantora.engine.streams import KERNEL_GAP_NS, Completion, KernelSpan, RankDevice
 from phantora.errors import DeadlockError, RankCrashed, SimulationError
 from phantora.network.base import GpuId, NetworkBackend, NetworkStats
+from wire.messages import (
+    Batch,
+    Collective,
+    EventRecord,
+    HostTimeSplit,
+    Kernel,
+    RankStats,
+    Reply,
+    StreamWait,
+    Sync,
+    ValueDelivery,
+    ValueUpdate,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +141,7 @@ class RankResult:
     kernels: int
     collectives: int
     script_cpu_ns: int = 0
-    """CPU time the rank counted as its script's (see :class:`intercept.protocol.RankStats`)."""
+    """CPU time the rank counted as its script's (see :class:`wire.messages.RankStats`)."""
     simulator_cpu_ns: int = 0
     """CPU time the rank spent inside the simulator, kept out of its virtual time."""
     peak_memory_bytes: int = 0

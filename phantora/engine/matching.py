@@ -10,10 +10,8 @@ moves real values and every member's inputs are final (a member whose inputs awa
 collective sends them later: :meth:`Matcher.update_values`), each member's output values are
 computed (``collective_values``) and handed to ``on_values``.
 
-Ops beyond NCCL's own set map onto the collective model as ProcessGroupNCCL runs them:
-``barrier`` is an all-reduce of the buffer it names (ProcessGroupNCCL all-reduces a one-element
-tensor); ``gather`` and ``scatter`` are grouped send/recv to/from the root (as an all_to_allv
-with one non-zero row or column; ``nbytes`` is the gathered/scattered total).
+Ops are :class:`~wire.ops.IssuedOp`: the collective model's own, and the two sides of p2p
+(producers translate every other name before it reaches the wire).
 """
 
 import dataclasses
@@ -22,19 +20,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from intercept.protocol import Collective
 from phantora.collectives import CollectiveOp, CollectiveRequest
 from phantora.engine import collective_values
 from phantora.engine.streams import Completion
 from phantora.errors import DeadlockError, SimulationError
 from phantora.network.base import GpuId
+from wire.messages import Collective
+from wire.ops import P2P_OPS, IssuedOp
 
-P2P_OPS = ("send", "recv")
-_ALIASES: dict[str, CollectiveOp] = {"barrier": CollectiveOp.ALL_REDUCE,
-                                     "gather": CollectiveOp.ALL_TO_ALLV,
-                                     "scatter": CollectiveOp.ALL_TO_ALLV}
-_MODEL_OPS = {op.value: op for op in CollectiveOp if op is not CollectiveOp.SEND_RECV}
-KNOWN_OPS = (*sorted(_MODEL_OPS), *sorted(_ALIASES), *P2P_OPS)
+_MODEL_OPS = {op: CollectiveOp(op.value) for op in IssuedOp if op not in P2P_OPS}
+"""The collective model's op for each issued collective (the same name)."""
+_ROOTED_OPS = frozenset({IssuedOp.BROADCAST, IssuedOp.REDUCE})
 
 ValuesHandler = Callable[[int, int, "np.ndarray | None"], None]
 """``on_values(rank, value_id, flat values or None)``."""
@@ -91,7 +87,7 @@ class PendingCollective:
 
     @property
     def nbytes(self) -> int:
-        if self.first.op == CollectiveOp.ALL_TO_ALLV.value:
+        if self.first.op == IssuedOp.ALL_TO_ALLV:
             return max((sum(m.op.splits or ()) for m in self.members.values()), default=0)
         return self.first.nbytes
 
@@ -135,10 +131,7 @@ class PendingCollective:
                     return None
                 return CollectiveRequest.make(CollectiveOp.SEND_RECV, gpus, first.nbytes,
                                               first.dtype_bytes)
-            op = _ALIASES.get(first.op) or _MODEL_OPS[first.op]
-            if first.op in ("gather", "scatter"):
-                return CollectiveRequest.make(op, gpus, 0, first.dtype_bytes,
-                                              splits=self._rooted_splits())
+            op = _MODEL_OPS[first.op]
             if op is CollectiveOp.ALL_TO_ALLV:
                 rows = [self.members[(rank, "")].op.splits or () for rank in first.ranks]
                 return CollectiveRequest.make(op, gpus, 0, first.dtype_bytes, splits=rows)
@@ -151,10 +144,10 @@ class PendingCollective:
         have issued the collective)."""
         if self.p2p:
             members = [self.members[(rank, role)] for rank, role in self.expected]
-            op = "send_recv"
+            op = CollectiveOp.SEND_RECV
         else:
             members = [self.members[(rank, "")] for rank in self.first.ranks]
-            op = self.first.op
+            op = _MODEL_OPS[self.first.op]
         payloads = [m.op.values for m in members]
         if all(p is None for p in payloads) or any(p is not None and p.pending
                                                    for p in payloads):
@@ -162,15 +155,6 @@ class PendingCollective:
         found = collective_values.outputs(op, payloads, self.first.root)
         return [(members[i].rank, payload.value_id, values) for i, values in found.items()
                 if (payload := payloads[i]) is not None]
-
-    def _rooted_splits(self) -> list[list[int]]:
-        """gather: every group rank sends its share to the root; scatter: the reverse."""
-        n = len(self.first.ranks)
-        share = self.first.nbytes // n
-        root = self.first.root
-        if self.first.op == "gather":
-            return [[share if j == root else 0 for j in range(n)] for _ in range(n)]
-        return [[share if i == root else 0 for _ in range(n)] for i in range(n)]
 
 
 class Matcher:
@@ -247,19 +231,21 @@ def _shape(rank: int, op: Collective) -> tuple[CollectiveKey, str, tuple[tuple[i
             raise SimulationError(f"rank {rank}: {op.op} in group {op.group!r} seq {op.seq} has "
                                   f"ranks {list(ranks)}; expected (src, dst)")
         src, dst = ranks
-        if rank != (src if op.op == "send" else dst):
+        sends = op.op == IssuedOp.SEND
+        if rank != (src if sends else dst):
             raise SimulationError(f"rank {rank} issued {op.op} {src} -> {dst} in group "
                                   f"{op.group!r} seq {op.seq}, but it is not the "
-                                  f"{'sender' if op.op == 'send' else 'receiver'}")
-        return ("p2p", op.group, src, dst, op.seq), op.op, ((src, "send"), (dst, "recv"))
-    if op.op not in _MODEL_OPS and op.op not in _ALIASES:
+                                  f"{'sender' if sends else 'receiver'}")
+        return (("p2p", op.group, src, dst, op.seq), op.op,
+                ((src, IssuedOp.SEND), (dst, IssuedOp.RECV)))
+    if op.op not in _MODEL_OPS:
         raise SimulationError(f"rank {rank} issued unknown collective op {op.op!r} in group "
-                              f"{op.group!r} seq {op.seq}; known: {', '.join(KNOWN_OPS)}")
+                              f"{op.group!r} seq {op.seq}; known: {', '.join(IssuedOp)}")
     if rank not in ranks or len(set(ranks)) != len(ranks):
         raise SimulationError(f"rank {rank} issued {op.op} in group {op.group!r} seq {op.seq} "
                               f"with group ranks {list(ranks)}, which must hold each rank once "
                               "and include the issuing rank")
-    if op.op == CollectiveOp.ALL_TO_ALLV.value and (op.splits is None
+    if op.op == IssuedOp.ALL_TO_ALLV and (op.splits is None
                                                     or len(op.splits) != len(ranks)):
         raise SimulationError(f"rank {rank} issued all_to_allv in group {op.group!r} seq "
                               f"{op.seq} with splits {op.splits}; expected one byte count per "
@@ -268,8 +254,8 @@ def _shape(rank: int, op: Collective) -> tuple[CollectiveKey, str, tuple[tuple[i
 
 
 def _signature(op: Collective) -> str:
-    size = "" if op.op == CollectiveOp.ALL_TO_ALLV.value else f"{op.nbytes} bytes, "
-    root = f", root {op.root}" if op.op in ("broadcast", "reduce", "gather", "scatter") else ""
+    size = "" if op.op == IssuedOp.ALL_TO_ALLV else f"{op.nbytes} bytes, "
+    root = f", root {op.root}" if op.op in _ROOTED_OPS else ""
     return f"{op.op} ({size}dtype {op.dtype_bytes} bytes, ranks {list(op.ranks)}{root})"
 
 

@@ -25,7 +25,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from intercept.protocol import Collective, EventRecord, Kernel, Op, StreamWait
 from phantora.engine.overlap import (
     MEASURED_OVERLAP,
     Busy,
@@ -36,6 +35,7 @@ from phantora.engine.overlap import (
     stretched_end_ns,
 )
 from phantora.errors import SimulationError
+from wire.messages import Collective, EventRecord, Kernel, Op, StreamWait
 
 
 KERNEL_GAP_NS = 1_800

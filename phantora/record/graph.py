@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from intercept.protocol import Collective, EventRecord, Kernel, Op, RankStats, StreamWait
 from phantora.errors import ScenarioError
+from wire.messages import Collective, EventRecord, Kernel, Op, RankStats, StreamWait
+from wire.ops import P2P_OPS, IssuedOp
 
 FORMAT = "phantora-execution-graph"
 VERSION = 1
@@ -65,9 +66,14 @@ def record_op(record: dict[str, Any], at_ns: int) -> Op:
     if kind == "stream_wait":
         return StreamWait(record["stream"], record["event"], at_ns)
     if kind == "collective":
+        try:
+            op = IssuedOp(record["kind"])
+        except ValueError:
+            raise RecordingError(f"unknown collective kind {record['kind']!r}; expected one "
+                                 f"of {', '.join(IssuedOp)}") from None
         splits = record["splits"]
         return Collective(record["stream"], at_ns, record["group"], tuple(record["ranks"]),
-                          record["seq"], record["kind"], record["bytes"], record["dtype_bytes"],
+                          record["seq"], op, record["bytes"], record["dtype_bytes"],
                           record["root"], None if splits is None else tuple(splits))
     raise RecordingError(f"unknown record op {kind!r}")
 
@@ -80,7 +86,7 @@ events."""
 def collective_key(record: dict[str, Any]) -> tuple[str, int, tuple[int, ...]]:
     """How a member's collective record finds the run's collective: ``(group, seq, ranks)``
     with ranks only for p2p (``send``/``recv`` count per ordered pair)."""
-    p2p = record["kind"] in ("send", "recv")
+    p2p = record["kind"] in P2P_OPS
     return record["group"], record["seq"], tuple(record["ranks"]) if p2p else ()
 
 

@@ -11,9 +11,9 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from intercept.protocol import Batch, RankStats, Reply
 from phantora.engine.live import LiveResult
 from phantora.record.graph import GRAPH_DIR, collective_key, op_record, stats_dict, write_graph
+from wire.messages import Batch, RankStats, Reply
 
 
 class RankLog:

@@ -1,7 +1,7 @@
 """Replays a recorded execution graph on another cluster or network, without the script.
 
 Each recorded rank becomes a driver thread that speaks the rank side of
-:mod:`intercept.protocol` over a ``Pipe`` to an unmodified
+:mod:`wire` over a ``Pipe`` to an unmodified
 :class:`~phantora.engine.live.LiveEngine`: it re-issues the rank's ops in program order, each
 ``cpu_ns`` of host time after the previous host event, and blocks in each sync until the engine
 answers. So a sync waits for its target on the *new* network, and the recorded CPU gap follows;
@@ -21,7 +21,6 @@ from multiprocessing import Pipe
 from multiprocessing.connection import Connection
 from typing import Any
 
-from intercept.protocol import Batch, Exit, Op, RankStats, Reply, Sync
 from phantora.cluster.topology import Topology
 from phantora.collectives import NcclConfig, SystemInfo
 from phantora.compute import Coverage
@@ -29,6 +28,7 @@ from phantora.engine.live import LiveEngine, LiveResult
 from phantora.engine.overlap import OverlapModel
 from phantora.network.base import NetworkBackend
 from phantora.record.graph import GPU_OPS, Recording, RecordingError, collective_key, record_op
+from wire.messages import Batch, Exit, Op, RankStats, Reply, Sync
 
 LIMITS = (
     "host CPU gaps are the live run's (script CPU time is not re-measured)",

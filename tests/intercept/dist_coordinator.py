@@ -10,10 +10,10 @@ from multiprocessing.connection import Connection
 
 from intercept.client import CoordinatorClient
 from intercept.clock import VirtualClock
-from intercept.protocol import Batch, Op, Reply
 from intercept.runtime import RankRuntime
 from phantora.cluster.catalogue import lookup_gpu
 from phantora.compute import CostSource, KernelCost, KernelSpec
+from wire.messages import Batch, Op, Reply
 
 KERNEL_NS = 10_000
 """Duration the stand-in compute model gives every kernel."""

@@ -9,8 +9,8 @@ import pytest
 
 from intercept.client import CoordinatorClient
 from intercept.clock import VirtualClock
-from intercept.protocol import EventRecord, Exit, Kernel, Reply, Sync
 from tests.intercept.dist_coordinator import FakeCoordinator
+from wire.messages import EventRecord, Exit, Kernel, Reply, Sync
 
 
 def make_client(op_cost_ns: int | None = 10, **kwargs: object,

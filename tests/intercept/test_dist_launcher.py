@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from intercept.launcher import Launcher, LogTail, RankExit
-from intercept.protocol import Batch, Collective, Reply
+from intercept.launcher import Launcher, LogTail
 from phantora.cluster.catalogue import lookup_gpu
+from wire.control import RankExit
+from wire.messages import Batch, Collective, Reply
 
 REPO = Path(__file__).resolve().parents[2]
 H100 = lookup_gpu("h100")

@@ -17,9 +17,9 @@ import torch.distributed._functional_collectives as funcol
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from intercept import process_group
-from intercept.protocol import Collective, EventRecord, Op, StreamWait, Sync
 from intercept.runtime import RankRuntime
 from tests.intercept.dist_coordinator import FakeCoordinator, make_runtime
+from wire.messages import Collective, EventRecord, Op, StreamWait, Sync
 
 WORLD = 4
 RANK = 1

@@ -8,7 +8,7 @@ import pytest
 
 from phantora.record.graph import RecordingError, load_recording
 from phantora.study.chakra.export import export_chakra
-from phantora.study.chakra.importer import load_chakra
+from phantora.study.chakra.importer import _issued, load_chakra
 from tests.unit.fixed_rate import FixedRateBackend
 from tests.unit.test_live_engine import NCCL_STREAM, ScriptedRank
 from tests.unit.test_record_replay import record, replay_on_recording
@@ -97,3 +97,14 @@ def test_a_damaged_trace_is_refused(tmp_path: Path) -> None:
     (tmp_path / "trace.0.et").write_bytes(b"\x05abc")
     with pytest.raises(RecordingError, match="trace.0.et"):
         load_chakra(tmp_path)
+
+
+def test_barrier_gather_and_scatter_import_as_the_ops_a_rank_issues() -> None:
+    """As the process group issues them: an all-reduce, and all_to_allv rows with one non-zero
+    column (gather) or, on the root, one non-zero row (scatter)."""
+    assert _issued("BARRIER", 4, 1, [0, 1]) == {"kind": "all_reduce", "bytes": 4, "splits": None}
+    assert _issued("GATHER", 30, 2, [0, 1, 2]) == {"kind": "all_to_allv", "bytes": 10,
+                                                   "splits": [10, 0, 0]}
+    assert _issued("SCATTER", 30, 0, [0, 1, 2]) == {"kind": "all_to_allv", "bytes": 30,
+                                                    "splits": [10, 10, 10]}
+    assert _issued("SCATTER", 30, 2, [0, 1, 2])["splits"] == [0, 0, 0]

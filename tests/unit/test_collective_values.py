@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from intercept.protocol import ValuePayload
 from phantora.engine.collective_values import outputs
+from wire.messages import ValuePayload
 
 
 def _members(*arrays: list[int] | None, want: bool = True, reduce_op: str = "sum",

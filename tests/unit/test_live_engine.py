@@ -1,7 +1,7 @@
 """The live engine driven by scripted fake ranks (threads over real Pipe pairs, no processes).
 
 Each rank is a short script against :class:`ScriptedRank`, which speaks the rank side of
-``intercept.protocol`` the way the real client does: ops buffered with the rank's virtual
+:mod:`wire` the way the real client does: ops buffered with the rank's virtual
 clock, a batch sent at each sync (then the clock moves to the reply), heartbeats on demand.
 """
 
@@ -16,17 +16,6 @@ from multiprocessing.connection import Connection
 
 import pytest
 
-from intercept.protocol import (
-    Batch,
-    Collective,
-    EventRecord,
-    Exit,
-    Kernel,
-    Op,
-    Reply,
-    StreamWait,
-    Sync,
-)
 from phantora.cluster.catalogue import lookup_gpu
 from phantora.cluster.topology import HostSpec, Topology, single_host
 from phantora.collectives import NcclConfig, SystemInfo
@@ -35,6 +24,7 @@ from phantora.errors import DeadlockError, RankCrashed, SimulationError
 from phantora.network.base import NetworkBackend
 from phantora.network.flow import FluidBackend
 from tests.unit.fixed_rate import FixedRateBackend
+from wire.messages import Batch, Collective, EventRecord, Exit, Kernel, Op, Reply, StreamWait, Sync
 
 NCCL_STREAM = 7
 
@@ -590,13 +580,13 @@ def test_all_to_allv_uses_every_members_row_and_barrier_synchronises() -> None:
     def script(r: ScriptedRank) -> None:
         r.cpu(1_000 * r.rank)
         r.collective("all_to_allv", [0, 1, 2], 0, splits=rows[r.rank])
-        r.collective("barrier", [0, 1, 2], 0)
+        r.collective("all_reduce", [0, 1, 2], 0)  # a barrier: an empty all-reduce
         r.sync()
 
     result = run([script] * 3).result
     a2a, barrier = result.collectives
     assert (a2a.op, a2a.bytes, a2a.start_ns) == ("all_to_allv", 1 << 20, 2_000)
-    assert barrier.op == "barrier" and barrier.start_ns == barrier.end_ns == a2a.end_ns
+    assert barrier.op == "all_reduce" and barrier.start_ns == barrier.end_ns == a2a.end_ns
     assert [r.clock_ns for r in result.ranks] == [a2a.end_ns] * 3
 
 

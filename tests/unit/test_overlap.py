@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from intercept.protocol import Collective, Kernel
 from phantora.compute.spec import MEMCPY_HTOD
 from phantora.engine.overlap import (
     MEASURED_OVERLAP,
@@ -17,6 +16,7 @@ from phantora.engine.overlap import (
     stretched_end_ns,
 )
 from phantora.engine.streams import Completion, RankDevice
+from wire.messages import Collective, Kernel
 
 RESULTS = Path(__file__).parents[2] / "scripts/data/overlap/h200x2/results.csv"
 FLAT = OverlapModel(SlowdownCurve(((1, 2.0),)), SlowdownCurve(((1, 1.5),)))

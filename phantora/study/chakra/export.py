@@ -26,13 +26,14 @@ from typing import Any
 
 from phantora.errors import MissingDependencyError
 from phantora.record.graph import GPU_OPS, Recording
+from wire.ops import P2P_OPS, IssuedOp
 
 CHAKRA_VERSION = "0.0.4"
-COMM_TYPES = {"all_reduce": "ALL_REDUCE", "reduce": "REDUCE", "all_gather": "ALL_GATHER",
-              "gather": "GATHER", "scatter": "SCATTER", "broadcast": "BROADCAST",
-              "all_to_all": "ALL_TO_ALL", "all_to_allv": "ALL_TO_ALL",
-              "reduce_scatter": "REDUCE_SCATTER", "barrier": "BARRIER"}
-"""Our collective names -> Chakra's ``CollectiveCommType``."""
+COMM_TYPES = {IssuedOp.ALL_REDUCE: "ALL_REDUCE", IssuedOp.REDUCE: "REDUCE",
+              IssuedOp.ALL_GATHER: "ALL_GATHER", IssuedOp.BROADCAST: "BROADCAST",
+              IssuedOp.ALL_TO_ALL: "ALL_TO_ALL", IssuedOp.ALL_TO_ALLV: "ALL_TO_ALL",
+              IssuedOp.REDUCE_SCATTER: "REDUCE_SCATTER"}
+"""Issued collectives -> Chakra's ``CollectiveCommType``."""
 
 
 def proto() -> Any:
@@ -46,9 +47,9 @@ def proto() -> Any:
 
 def comm_size(record: dict[str, Any]) -> int:
     """Bytes as ASTRA-sim reads ``comm_size`` for this collective (see the module doc)."""
-    if record["kind"] == "all_gather":
+    if record["kind"] == IssuedOp.ALL_GATHER:
         return record["bytes"] // max(1, len(record["ranks"]))
-    if record["kind"] == "all_to_allv" and record["splits"]:
+    if record["kind"] == IssuedOp.ALL_TO_ALLV and record["splits"]:
         return sum(record["splits"])
     return int(record["bytes"])
 
@@ -138,10 +139,10 @@ class _RankGraph:
             node = self._node(record["name"], "COMP_NODE", deps)
             node.duration_micros = self._round.us(stream, record["duration_ns"])
             self._attr(node, "is_cpu_op", bool_val=False)
-        elif record["kind"] in ("send", "recv"):
+        elif record["kind"] in P2P_OPS:
             src, dst = record["ranks"]
             node = self._node(f"{record['kind']} {src}->{dst}", "COMM_SEND_NODE"
-                              if record["kind"] == "send" else "COMM_RECV_NODE", deps)
+                              if record["kind"] == IssuedOp.SEND else "COMM_RECV_NODE", deps)
             self._attr(node, "comm_src", int32_val=src)
             self._attr(node, "comm_dst", int32_val=dst)
             self._attr(node, "comm_tag", int32_val=(record["seq"] * self.world + src)
@@ -176,7 +177,7 @@ def comm_groups(recording: Recording) -> dict[tuple[int, ...], str]:
     groups: dict[tuple[int, ...], str] = {}
     for records in recording.ranks:
         for record in records:
-            if record["op"] == "collective" and record["kind"] not in ("send", "recv"):
+            if record["op"] == "collective" and record["kind"] not in P2P_OPS:
                 groups.setdefault(tuple(record["ranks"]), str(len(groups) + 1))
     return groups
 

@@ -10,6 +10,9 @@ dependency order (ids break ties), become records of :mod:`phantora.record.graph
 - a dependency on a GPU node of the other stream is an event record plus a stream wait; a CPU
   node's dependency on a GPU node is a host sync on that node's event.
 
+Chakra's collective types become issued ops (:class:`~wire.ops.IssuedOp`) here, as
+ProcessGroupNCCL runs them: BARRIER is an all-reduce of its buffer, GATHER and SCATTER grouped
+send/recv to and from the root (group rank 0): an all_to_allv with one non-zero column or row.
 Sizes invert the export's reading of ``comm_size`` (all_gather: the per-rank shard). Chakra
 carries no dtype: collectives are taken as 2-byte elements (bf16). Collectives are matched per
 ``pg_name`` in issue order, as ASTRA-sim does; send/recv per (src, dst) pair in order.
@@ -23,11 +26,14 @@ from typing import Any
 
 from phantora.record.graph import Recording, RecordingError
 from phantora.study.chakra.export import COMM_TYPES, proto
+from wire.ops import IssuedOp
 
 DTYPE_BYTES = 2
 COMPUTE_STREAM = 0
 COMM_STREAM = 1
-_KINDS = {name: kind for kind, name in COMM_TYPES.items() if kind != "all_to_allv"}
+_KINDS = {name: kind for kind, name in COMM_TYPES.items() if kind != IssuedOp.ALL_TO_ALLV}
+_KINDS["BARRIER"] = IssuedOp.ALL_REDUCE
+_ROOTED_EXCHANGES = ("GATHER", "SCATTER")
 
 
 def chakra_files(folder: Path) -> list[Path]:
@@ -136,15 +142,15 @@ def _rank_records(rank: int, path: Path, groups: dict[str, list[int]], world: in
                             "bytes": 0, "source": ""})
         elif node.type in (pb.COMM_SEND_NODE, pb.COMM_RECV_NODE):
             src, dst = int(attrs["comm_src"]), int(attrs["comm_dst"])
-            kind = "send" if node.type == pb.COMM_SEND_NODE else "recv"
+            kind = IssuedOp.SEND if node.type == pb.COMM_SEND_NODE else IssuedOp.RECV
             records.append({**base, "op": "collective", "kind": kind, "group": "chakra-p2p",
                             "ranks": [src, dst], "seq": seqs[(src, dst)],
                             "bytes": int(attrs["comm_size"]), "dtype_bytes": DTYPE_BYTES,
                             "root": 0, "splits": None})
             seqs[(src, dst)] += 1
         elif node.type == pb.COMM_COLL_NODE:
-            kind = _KINDS.get(pb.CollectiveCommType.Name(int(attrs["comm_type"])))
-            if kind is None:
+            comm_type = pb.CollectiveCommType.Name(int(attrs["comm_type"]))
+            if comm_type not in _KINDS and comm_type not in _ROOTED_EXCHANGES:
                 raise RecordingError(f"{path}: node {node.id}: collective type "
                                      f"{attrs['comm_type']} has no phantora-ns3 equivalent")
             pg_name = str(attrs.get("pg_name", ""))
@@ -152,11 +158,10 @@ def _rank_records(rank: int, path: Path, groups: dict[str, list[int]], world: in
             if ranks is None:
                 raise RecordingError(f"{path}: node {node.id}: pg_name {pg_name!r} is not in "
                                      "comm_group.json")
-            size = int(attrs["comm_size"])
-            records.append({**base, "op": "collective", "kind": kind, "group": pg_name or "0",
-                            "ranks": ranks, "seq": seqs[pg_name],
-                            "bytes": size * len(ranks) if kind == "all_gather" else size,
-                            "dtype_bytes": DTYPE_BYTES, "root": 0, "splits": None})
+            records.append({**base, "op": "collective", "group": pg_name or "0",
+                            "ranks": ranks, "seq": seqs[pg_name], "dtype_bytes": DTYPE_BYTES,
+                            "root": 0, **_issued(comm_type, int(attrs["comm_size"]), rank,
+                                                 ranks)})
             seqs[pg_name] += 1
         else:
             raise RecordingError(f"{path}: node {node.id}: type {pb.NodeType.Name(node.type)} "
@@ -166,6 +171,21 @@ def _rank_records(rank: int, path: Path, groups: dict[str, list[int]], world: in
         stream_of[node.id] = stream
     records.append({"op": "exit", "t_ns": 0, "cpu_ns": gap_ns})
     return records
+
+
+def _issued(comm_type: str, size: int, rank: int, ranks: list[int]) -> dict[str, Any]:
+    """``kind``, ``bytes`` and ``splits`` of ``rank``'s share of a Chakra collective of type
+    ``comm_type`` and ``comm_size`` ``size`` on group ``ranks`` (see the module doc)."""
+    if comm_type in _ROOTED_EXCHANGES:
+        share = size // len(ranks)
+        if comm_type == "GATHER":
+            row = [share] + [0] * (len(ranks) - 1)
+        else:
+            row = [share if rank == ranks[0] else 0] * len(ranks)
+        return {"kind": IssuedOp.ALL_TO_ALLV, "bytes": sum(row), "splits": row}
+    kind = _KINDS[comm_type]
+    return {"kind": kind, "bytes": size * len(ranks) if kind == IssuedOp.ALL_GATHER else size,
+            "splits": None}
 
 
 def load_chakra(folder: Path) -> Recording:

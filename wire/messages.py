@@ -1,34 +1,27 @@
-"""The messages between a live rank and the coordinator (the engine), and how they travel.
-
-Transport: one ``multiprocessing.connection.Connection`` per rank (a socketpair made by the
-launcher before it forks the rank), carrying pickled :class:`Batch` objects rank -> coordinator
-and :class:`Reply` objects coordinator -> rank. Pickle is fine: both ends are our own processes.
-Real values of collectives travel beside them and outside virtual time: :class:`ValueDelivery`
-coordinator -> rank (read by the rank's receiver thread whenever they come) and
-:class:`ValueUpdate` rank -> coordinator.
-
-Time: every time is the rank's **virtual** clock in integer ns (see ``intercept.clock``).
-Within one rank, ``at_ns`` never decreases from one op to the next, and a rank promises that
-nothing it sends later will carry an earlier time than the ``clock_ns`` of its last batch: that
-promise is what the conservative synchronisation builds on (the *safe horizon* is the minimum
-of the running ranks' promises).
-
-Ordering: the ops of one rank are in program order. Ops are buffered on the rank and sent as one
-:class:`Batch` at the latest when the rank blocks (a :class:`Sync`), when it issues a
-collective, when the buffer is long, or when a heartbeat is due (every few ms of wall time, so
-a rank busy on the CPU does not hold the others back).
-
-Streams are ``(device-local) stream ids`` as PyTorch reports them (0 = default stream); events
-are ids the rank allocates. Collectives are matched across ranks by ``(group, seq)``: ``group``
-is the process group's name and ``seq`` counts that group's collectives on each rank from 0.
-"""
+"""The messages a live rank and the coordinator exchange (the contract: :mod:`wire`)."""
 
 from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 
-from intercept.host_cost import HostTimeSplit
+from wire.ops import IssuedOp
+
+
+@dataclass(frozen=True, slots=True)
+class HostTimeSplit:
+    """A rank's host time by origin, in virtual ns (``summary.json``: ``ranks[].host_time``)."""
+
+    table_ns: int = 0
+    """Charged from the host-cost table (intercepted ops, collectives, kernel launches)."""
+    residual_ns: int = 0
+    """The script's own Python between intercepted ops, measured and converted to the reference
+    host (0 in reproducible mode, where a fixed cost per op stands for it)."""
+    fixed_ns: int = 0
+    """Reproducible mode's fixed cost per op (``simulation.cpu_time_per_op``)."""
+    steps: tuple[tuple[int, int, int], ...] = ()
+    """Per optimizer step (``torch.optim`` step hooks): ``(clock_ns at the step's end, table
+    ns, residual ns)`` spent since the previous step's end."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +96,7 @@ class Collective:
     group: str
     ranks: tuple[int, ...]
     seq: int
-    op: str
+    op: IssuedOp
     nbytes: int
     dtype_bytes: int
     root: int = 0
