@@ -46,7 +46,7 @@ from phantora.collectives import (
 from phantora.compute import Coverage
 from phantora.engine.dag_runner import FOREVER_NS, DagDone, FlowScheduler
 from phantora.engine.deadlock import deadlock_report
-from phantora.engine.matching import CollectiveKey, Matcher, PendingCollective
+from phantora.engine.matching import SEND_RECV, CollectiveKey, Matcher, PendingCollective
 from phantora.engine.overlap import MEASURED_OVERLAP, OverlapModel
 from phantora.engine.streams import KERNEL_GAP_NS, Completion, KernelSpan, RankDevice
 from phantora.errors import DeadlockError, RankCrashed, SimulationError
@@ -66,12 +66,12 @@ from wire.messages import (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CollectiveRecord:
     """One collective as it ran (``summary.json``'s collectives table)."""
 
     op: str
-    """As issued (``all_reduce``, ``barrier``, ...); ``send_recv`` for a matched send/recv."""
+    """As issued (``all_reduce``, ``all_to_allv``, ...); ``send_recv`` for a matched send/recv."""
     group: str
     seq: int
     bytes: int
@@ -85,6 +85,13 @@ class CollectiveRecord:
     protocol: str
     channels: int
     flows: int
+
+    @property
+    def key(self) -> CollectiveKey:
+        """Its matching key (what its flows carry)."""
+        if self.op == SEND_RECV:
+            return CollectiveKey("p2p", self.group, self.ranks[0], self.ranks[1], self.seq)
+        return CollectiveKey("coll", self.group, 0, 0, self.seq)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,11 +131,11 @@ class NetworkFlow:
     end_ns: int
     collective: str
     """The collective it belongs to, e.g. ``all_reduce (group 'default', seq 3, 4096 bytes)``."""
-    key: tuple[str, str, int, int, int] = ("", "", 0, 0, 0)
-    """That collective's matching key (:data:`~phantora.engine.matching.CollectiveKey`)."""
+    key: CollectiveKey = CollectiveKey("", "", 0, 0, 0)
+    """That collective's matching key."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RankResult:
     rank: int
     gpu: GpuId
@@ -528,10 +535,11 @@ class LiveEngine:
         end_ns = max(self._ranks[member.rank].device.collective_end_ns(collective.start_ns,
                                                                        done.end_ns)
                      for member in collective.members.values())
-        record = CollectiveRecord(collective.op_name, collective.group, collective.seq,
-                                  collective.nbytes, collective.ranks, collective.start_ns,
-                                  end_ns, dag.algorithm, dag.protocol, dag.channels,
-                                  len(dag.flows))
+        record = CollectiveRecord(op=collective.op_name, group=collective.group,
+                                  seq=collective.seq, bytes=collective.nbytes,
+                                  ranks=collective.ranks, start_ns=collective.start_ns,
+                                  end_ns=end_ns, algorithm=dag.algorithm, protocol=dag.protocol,
+                                  channels=dag.channels, flows=len(dag.flows))
         self._records.append(record)
         for key in sorted(collective.members):
             member = collective.members[key]
@@ -561,12 +569,17 @@ class LiveEngine:
         return deadlock_report(headline, lines, self._matcher.incomplete())
 
     def _result(self) -> LiveResult:
-        ranks = [RankResult(rank.rank, rank.gpu, rank.promise_ns, rank.device.gpu_end_ns,
-                            rank.blocked_ns, rank.device.kernels, rank.collectives,
-                            rank.stats.script_cpu_ns, rank.stats.simulator_cpu_ns,
-                            rank.stats.peak_memory_bytes, rank.stats.peak_reserved_bytes,
-                            rank.device.slowed_kernels, rank.device.overlap_extra_ns,
-                            rank.stats.host_speed_factor, rank.stats.host_time)
+        ranks = [RankResult(rank=rank.rank, gpu=rank.gpu, clock_ns=rank.promise_ns,
+                            gpu_end_ns=rank.device.gpu_end_ns, blocked_ns=rank.blocked_ns,
+                            kernels=rank.device.kernels, collectives=rank.collectives,
+                            script_cpu_ns=rank.stats.script_cpu_ns,
+                            simulator_cpu_ns=rank.stats.simulator_cpu_ns,
+                            peak_memory_bytes=rank.stats.peak_memory_bytes,
+                            peak_reserved_bytes=rank.stats.peak_reserved_bytes,
+                            overlap_slowed_kernels=rank.device.slowed_kernels,
+                            overlap_extra_ns=rank.device.overlap_extra_ns,
+                            host_speed_factor=rank.stats.host_speed_factor,
+                            host_time=rank.stats.host_time)
                  for rank in self._ranks]
         kernels = sorted((span for rank in self._ranks for span in rank.device.spans),
                          key=lambda s: (s.rank, s.stream, s.start_ns, s.end_ns, s.name))

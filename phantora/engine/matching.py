@@ -17,6 +17,7 @@ Ops are :class:`~wire.ops.IssuedOp`: the collective model's own, and the two sid
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -34,9 +35,21 @@ _ROOTED_OPS = frozenset({IssuedOp.BROADCAST, IssuedOp.REDUCE})
 
 ValuesHandler = Callable[[int, int, "np.ndarray | None"], None]
 """``on_values(rank, value_id, flat values or None)``."""
-CollectiveKey = tuple[str, str, int, int, int]
-"""``("coll", group, 0, 0, seq)`` or ``("p2p", group, src, dst, seq)``: also the order in which
-collectives that start at the same instant enter the network (any fixed order would do)."""
+SEND_RECV = "send_recv"
+"""What a matched send/recv pair is called in records (each side issued its own op)."""
+
+
+class CollectiveKey(NamedTuple):
+    """What matches the members of one collective across ranks: ``("coll", group, 0, 0, seq)``
+    or ``("p2p", group, src, dst, seq)``. Its tuple order is also the order in which collectives
+    that start at the same instant enter the network (any fixed order would do)."""
+
+    kind: str
+    """``coll`` or ``p2p``."""
+    group: str
+    src: int
+    dst: int
+    seq: int
 
 
 @dataclass(eq=False)
@@ -71,19 +84,19 @@ class PendingCollective:
 
     @property
     def p2p(self) -> bool:
-        return self.key[0] == "p2p"
+        return self.key.kind == "p2p"
 
     @property
     def group(self) -> str:
-        return self.key[1]
+        return self.key.group
 
     @property
     def seq(self) -> int:
-        return self.key[4]
+        return self.key.seq
 
     @property
     def op_name(self) -> str:
-        return "send_recv" if self.p2p else self.first.op
+        return SEND_RECV if self.p2p else self.first.op
 
     @property
     def nbytes(self) -> int:
@@ -236,7 +249,7 @@ def _shape(rank: int, op: Collective) -> tuple[CollectiveKey, str, tuple[tuple[i
             raise SimulationError(f"rank {rank} issued {op.op} {src} -> {dst} in group "
                                   f"{op.group!r} seq {op.seq}, but it is not the "
                                   f"{'sender' if sends else 'receiver'}")
-        return (("p2p", op.group, src, dst, op.seq), op.op,
+        return (CollectiveKey("p2p", op.group, src, dst, op.seq), op.op,
                 ((src, IssuedOp.SEND), (dst, IssuedOp.RECV)))
     if op.op not in _MODEL_OPS:
         raise SimulationError(f"rank {rank} issued unknown collective op {op.op!r} in group "
@@ -250,7 +263,7 @@ def _shape(rank: int, op: Collective) -> tuple[CollectiveKey, str, tuple[tuple[i
         raise SimulationError(f"rank {rank} issued all_to_allv in group {op.group!r} seq "
                               f"{op.seq} with splits {op.splits}; expected one byte count per "
                               f"group rank ({len(ranks)})")
-    return ("coll", op.group, 0, 0, op.seq), "", tuple((r, "") for r in ranks)
+    return CollectiveKey("coll", op.group, 0, 0, op.seq), "", tuple((r, "") for r in ranks)
 
 
 def _signature(op: Collective) -> str:

@@ -28,7 +28,7 @@ kernels (within 0.03%).
 
 import itertools
 import math
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 
 from phantora.compute.ops import is_memory_bound

@@ -18,7 +18,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from phantora.engine.live import CollectiveRecord, LiveResult
+from phantora.engine.live import LiveResult
 
 CPU_TID = 0
 
@@ -106,7 +106,7 @@ def _flow_events(result: LiveResult, pid: int) -> list[dict[str, Any]]:
     injects (each flow's bytes spread evenly over its lifetime)."""
     events = [_name("process_name", pid, "network"), _order("process_sort_index", pid, pid)]
     rank_of_gpu = {rank.gpu: rank.rank for rank in result.ranks}
-    spans = {(span.rank, _key(span.record)): span for span in result.collective_spans}
+    spans = {(span.rank, span.record.key): span for span in result.collective_spans}
     threads = {key: tid for key, (tid, _) in _stream_threads(result).items()}
     lanes: dict[int, list[int]] = defaultdict(list)  # source GPU -> each lane's end
     named: set[int] = set()
@@ -148,13 +148,6 @@ browser loads; ``otherData.flows_left_out`` counts the rest."""
 _FLOW_TID_BASE = 1_000_000
 _MAX_LANES = 1000
 """Flow lanes per GPU in the trace (more concurrent flows share the last lane)."""
-
-
-def _key(record: CollectiveRecord) -> tuple[str, str, int, int, int]:
-    """The matching key of a finished collective (what its flows carry)."""
-    if record.op == "send_recv":
-        return ("p2p", record.group, record.ranks[0], record.ranks[1], record.seq)
-    return ("coll", record.group, 0, 0, record.seq)
 
 
 def write_trace(result: LiveResult, path: Path, *, flows: bool = True) -> None:

@@ -2,7 +2,6 @@
 tensors carry what the other ranks hold, on two simulated GPUs, as NCCL and gloo would."""
 
 import json
-from pathlib import Path
 
 import pytest
 
