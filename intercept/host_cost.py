@@ -5,8 +5,9 @@ A rank's virtual host time has two parts (``intercept.clock``):
 
 * **table-charged**: per intercepted operation, what the reference host spends on it beyond the
   script's own Python call, from a table measured on the lent GPU machines
-  (``scripts/measure_host_costs.py``; ``intercept/data/host_costs.json`` with its provenance).
-  It never depends on the machine that simulates, its load or the number of ranks on it.
+  (``scripts/measure_host_costs.py``; ``phantora/calibration/data/host_costs.json`` with its
+  provenance, ``phantora.calibration.tables.HOST_COSTS``). It never depends on the machine that
+  simulates, its load or the number of ranks on it.
 * **measured residual**: the script's own Python between intercepted operations, measured here
   (:mod:`intercept.residual` makes it robust against load).
 
@@ -40,7 +41,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-TABLE_PATH = Path(__file__).with_name("data") / "host_costs.json"
+from phantora.calibration.tables import HOST_COSTS
+
+TABLE_PATH = HOST_COSTS.path
 TABLE_VERSION = 2
 
 MATMUL = frozenset({"mm", "bmm", "matmul", "_scaled_mm", "_int_mm", "dot", "mv"})

@@ -13,13 +13,13 @@ attribute work (``nn.Module.__call__``, hooks, optimizer loops, DTensor's Python
 CPU op dispatch on tiny tensors. Each component is timed in the calling thread's CPU time; a
 measurement keeps each component's fastest of a few rounds. The reference hosts' numbers
 (``scripts/measure_host_speed.py`` on the lent GPU machines, raw output and method in
-``scripts/data/host/``) ship in ``intercept/data/host_speed.json``. A rank follows its own
-speed with :class:`HostSpeed`: single rounds, timed as the clock times the script.
+``scripts/data/host/``) ship in ``phantora/calibration/data/host_speed.json``. A rank follows
+its own speed with :class:`HostSpeed`: single rounds, timed as the clock times the script.
 
-Only torch and the standard library (``intercept.shim`` imports no more until loaded): the
-benchmark runs on the device hosts as it runs here. torch is imported lazily (the coordinator
-reads reference names without it); where torch is not imported, the ratio uses the pure-Python
-components alone.
+Only torch, the standard library and ``phantora.calibration`` (``intercept.shim`` imports no
+more until loaded): the benchmark runs on the device hosts as it runs here. torch is imported
+lazily (the coordinator reads reference names without it); where torch is not imported, the
+ratio uses the pure-Python components alone.
 """
 
 import _thread
@@ -32,15 +32,15 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 from intercept import shim
+from phantora.calibration.tables import HOST_SPEED
 
 BENCHMARK_VERSION = 1
 """Bump when any component or its iteration count changes: reference numbers of another
 version no longer compare (loading them then fails)."""
-REFERENCES_PATH = Path(__file__).with_name("data") / "host_speed.json"
+REFERENCES_PATH = HOST_SPEED.path
 NATIVE = "native"
 """``simulation.host_cpu`` value that counts this machine's CPU time unscaled."""
 ROUNDS = 5

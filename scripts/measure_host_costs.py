@@ -1,12 +1,12 @@
 """Host CPU time a real GPU host spends per intercepted operation, per op family: the table
-``intercept.host_cost`` charges (``intercept/data/host_costs.json``).
+``intercept.host_cost`` charges (``phantora/calibration/data/host_costs.json``).
 
   # 1. on a lent GPU machine (one GPU is enough), from the repository root:
   python3 scripts/measure_host_costs.py --json /tmp/host_costs.json
   # 2. here: derive the shipped table from a raw record (prints the families it derived)
   python3 scripts/measure_host_costs.py --import-raw scripts/data/host_costs/h100x1.json \
       --gemm-raw scripts/data/host_costs/h100x1-gemm.json --reference h100-host \
-      --write intercept/data/host_costs.json
+      --write phantora/calibration/data/host_costs.json
 
 Each case issues its operation back to back and reports the host's wall time per call (what a
 rank's clock would have advanced on that host), with the GPU held busy behind a
@@ -414,9 +414,9 @@ def gemm_first_seen_ns(gemm_raw: dict[str, Any]) -> dict[str, int]:
 
 def derive_table(raw: dict[str, Any], reference: str,
                  gemm_raw: dict[str, Any]) -> dict[str, Any]:
-    """The ``intercept/data/host_costs.json`` form of a raw record and a ``gemm_shape`` record
-    (see ``intercept.host_cost``); raises where a case it needs is missing or had no valid
-    round."""
+    """The ``phantora/calibration/data/host_costs.json`` form of a raw record and a
+    ``gemm_shape`` record (see ``intercept.host_cost``); raises where a case it needs is missing
+    or had no valid round."""
     us = _case_us(raw, "--import-raw")
 
     def ns(cases: tuple[str, ...]) -> int:

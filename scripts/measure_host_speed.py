@@ -13,7 +13,7 @@ Usages (from the repository root):
  3. Write (or replace) a reference host in the shipped data file from a JSON record:
       python3 scripts/measure_host_speed.py --import-record scripts/data/host/h100-x1.json \\
           --reference h100-host --gpus h100 --description "..." \\
-          --write intercept/data/host_speed.json
+          --write phantora/calibration/data/host_speed.json
 
 A *measurement* is :func:`intercept.host_speed.measure`: each component's fastest of
 ``--rounds`` rounds (thread CPU time). The script takes ``--repeats`` measurements one after the

@@ -21,7 +21,7 @@ Usages (run from the repository root):
  5. Print the headline numbers of a stored table, write its cleaned copy, and compare its
     times with another GPU's:
       python3 scripts/measure_kernels.py --import-result scripts/data/kernels/h100/results.csv \\
-          --export-clean phantora/compute/data/kernels_h100.csv \\
+          --export-clean phantora/calibration/data/kernels_h100.csv \\
           --compare scripts/data/kernels/h200/results.csv
 
 Output under ``--out DIR``: ``results.csv`` (one row per case, appended and flushed as each case

@@ -22,8 +22,9 @@ therefore carries ``payload / efficiency`` wire bytes, where for a link of ``kin
 Latency: NCCL's modeled latency of the chosen (algorithm, protocol) is scaled by
 ``latency_scale``.
 
-The numbers below were fitted by hand to the measurements named next to them; rerun
-``scripts/validate_collectives.py`` after changing any of them.
+The measured numbers, each with the measurement it was fitted to, are in
+:mod:`phantora.calibration.collectives`; rerun ``scripts/validate_collectives.py`` after
+changing any of them.
 """
 
 from collections.abc import Mapping
@@ -32,6 +33,7 @@ from math import ceil
 from types import MappingProxyType
 from typing import Any
 
+from phantora.calibration import collectives as measured
 from phantora.cluster.topology import LinkKind
 from phantora.collectives.config import Algorithm, Protocol
 
@@ -99,50 +101,21 @@ class Calibration:
 
 DEFAULT_CALIBRATION = Calibration(
     link_efficiency=MappingProxyType({
-        # NVLink 4 (H100/H200), 450 GB/s per direction: 2xH200 broadcast (all sends) runs at
-        # 368-370 GB/s from 128 MiB to 4 GiB (scripts/data/collectives/h200x2); the NCCL
-        # maintainers quote ~370 GB/s effective (nccl-tests #212).
-        LinkKind.NVLINK: 0.822,
-        # 400G NDR InfiniBand, 50 GB/s: "you should see 46-48GB/s per NIC" (nccl-tests #290).
-        LinkKind.NIC: 0.94,
-        LinkKind.FABRIC: 1.0,
+        LinkKind.NVLINK: measured.LINK_EFFICIENCY[LinkKind.NVLINK.value].value,
+        LinkKind.NIC: measured.LINK_EFFICIENCY[LinkKind.NIC.value].value,
+        LinkKind.FABRIC: 1.0,  # not measured: line rate
     }),
-    cta_gbs=MappingProxyType({
-        # 2xH200, 24 channels, 64 MiB-1 GiB: all_reduce (duty 2/3) 300-332 GB/s per link,
-        # all_gather / reduce_scatter (duty 1/2) 250-270 GB/s -> ~21 GB/s per CTA.
-        Protocol.SIMPLE: 21.0,
-        # LL at 1 MiB (24 channels): all_reduce 155 GB/s per link, all_gather 119 (forced
-        # Ring/LL at 1 GiB drops to 117 GB/s busbw, which this does not follow).
-        Protocol.LL: 9.5,
-        # Forced Ring/LL128 all_reduce at 1 GiB: busbw 310 GB/s.
-        Protocol.LL128: 19.4,
-    }),
-    correction=MappingProxyType({
-        # 8xH100 all_reduce_perf (NVLS, 4-8 GiB): algbw ~330 GB/s at large chunks, i.e. the
-        # NVLinks at ring speed, not at NCCL's modeled 0.85 of it (nvlsEfficiency).
-        (Algorithm.NVLS, Protocol.SIMPLE): 1.18,
-        # Forced Tree/LL128 on 2xH200 reaches 223 GB/s at 1 GiB; NCCL's ratio gives 288.
-        (Algorithm.TREE, Protocol.LL128): 0.77,
-    }),
+    cta_gbs=MappingProxyType({Protocol(protocol): value.value
+                              for protocol, value in measured.CTA_GBS.items()}),
+    correction=MappingProxyType({(Algorithm(algorithm), Protocol(protocol)): value.value
+                                 for (algorithm, protocol), value in measured.CORRECTION.items()}),
     chunk_overhead_bytes=MappingProxyType({
-        # 8xH100 NVLS sweep, 4 MiB-8 GiB: NCCL's 16/32/64/128 KiB NVLS chunks fit
-        # time = 25 us + S / (330 GB/s x chunk / (chunk + 26 kB)) within 7%.
-        (Algorithm.NVLS, Protocol.SIMPLE): 26_000,
-    }),
-    # 2xH200 all_to_all, 1 MiB-4 GiB (16 then 32 channels per peer): send and receive share
-    # each channel's warps; 0.75 of a collective CTA's throughput fits within 25%.
-    grouped_p2p_duty=0.75,
+        (Algorithm(algorithm), Protocol(protocol)): value.value
+        for (algorithm, protocol), value in measured.CHUNK_OVERHEAD_BYTES.items()}),
+    grouped_p2p_duty=measured.GROUPED_P2P_DUTY.value,
     latency_scale=MappingProxyType({
-        # 2xH200 at 64 KiB, forced variants against NCCL's modeled latency + size/bw: Ring/
-        # Simple 19.9 us (15.4), Tree/Simple 20.8 (16.5), Ring/LL 7.9 (8.3), Ring/LL128 16.6
-        # (18.0), Tree/LL 9.6 (8.5), Tree/LL128 13.5 (16.7); 8xH100 ring/LL at 8 B: 13.0
-        # (15.0). NVLS keeps NCCL's 25 us, which the 8xH100 sweep supports.
-        (Algorithm.RING, Protocol.SIMPLE): 1.3,
-        (Algorithm.TREE, Protocol.SIMPLE): 1.3,
-        (Algorithm.RING, Protocol.LL): 0.9,
-        (Algorithm.TREE, Protocol.LL): 1.1,
-        (Algorithm.RING, Protocol.LL128): 0.9,
-        (Algorithm.TREE, Protocol.LL128): 0.8,
-    }),
+        (Algorithm(algorithm), Protocol(protocol)): value.value
+        for (algorithm, protocol), value in measured.LATENCY_SCALE.items()}),
 )
-"""The calibration phantora uses unless told otherwise."""
+"""The calibration phantora uses unless told otherwise: the measured values of
+:mod:`phantora.calibration.collectives`; NVLS's latency stays NCCL's own."""

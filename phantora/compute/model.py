@@ -16,9 +16,10 @@ Nothing is free: every kernel costs at least the fastest kernel ever measured.
 
 from dataclasses import dataclass
 from enum import Enum
-from importlib import resources
 from pathlib import Path
 
+from phantora.calibration.gpu import HOST_LINK_GBS
+from phantora.calibration.tables import KERNEL_TABLES
 from phantora.cluster.catalogue import CATALOGUE, GpuSpec
 from phantora.compute.fitted import EfficiencyCurves
 from phantora.compute.ops import is_memory_bound
@@ -28,12 +29,11 @@ from phantora.compute.table import KernelTable, attention_flops
 REFERENCE_GPU = "h100"
 """Whose table fits the curves for GPUs measured nowhere (same generation as most targets)."""
 
-HOST_LINK_GBS = 7.0
 HOST_COPY_LATENCY_NS = 10_000
 """A ``cudaMemcpy`` from pageable host memory (what ``tensor.to("cuda")`` of an ordinary CPU
-tensor does): 7.0 GB/s measured on the lent H100 host (GPT-2 124M's ``model.to("cuda")``, 0.50
-GB in 71 ms of "Memcpy HtoD (Pageable -> Device)", ``scripts/data/ops/``); the 10 us per copy is
-assumed. Pinned memory would run ~3-7x faster; the model does not tell them apart yet."""
+tensor does) costs this per copy (assumed) plus its bytes at the measured
+``phantora.calibration.gpu.HOST_LINK_GBS``. Pinned memory would run ~3-7x faster; the model does
+not tell them apart yet."""
 
 
 class CostSource(str, Enum):
@@ -58,8 +58,8 @@ class KernelCost:
 
 def table_path(gpu_name: str) -> Path | None:
     """The packaged table of ``gpu_name`` (a catalogue key), if it was measured."""
-    path = Path(str(resources.files("phantora.compute") / "data" / f"kernels_{gpu_name}.csv"))
-    return path if path.is_file() else None
+    table = KERNEL_TABLES.get(gpu_name)
+    return table.path if table is not None and table.path.is_file() else None
 
 
 class ComputeModel:
@@ -96,7 +96,7 @@ class ComputeModel:
                              "must be >= 0")
         family = spec.family
         if family is Family.HOST_TRANSFER:
-            return KernelCost(HOST_COPY_LATENCY_NS + round(spec.bytes / HOST_LINK_GBS),
+            return KernelCost(HOST_COPY_LATENCY_NS + round(spec.bytes / HOST_LINK_GBS.value),
                               CostSource.HOST_TRANSFER)
         if self.table is not None:
             estimate = self.table.estimate(spec)

@@ -33,6 +33,7 @@ from multiprocessing.connection import Connection, wait
 
 import numpy as np
 
+from phantora.calibration.gpu import KERNEL_GAP_NS
 from phantora.cluster.topology import Topology
 from phantora.collectives import (
     DEFAULT_CALIBRATION,
@@ -48,7 +49,7 @@ from phantora.engine.dag_runner import FOREVER_NS, DagDone, FlowScheduler
 from phantora.engine.deadlock import deadlock_report
 from phantora.engine.matching import SEND_RECV, CollectiveKey, Matcher, PendingCollective
 from phantora.engine.overlap import MEASURED_OVERLAP, OverlapModel
-from phantora.engine.streams import KERNEL_GAP_NS, Completion, KernelSpan, RankDevice
+from phantora.engine.streams import Completion, KernelSpan, RankDevice
 from phantora.errors import DeadlockError, RankCrashed, SimulationError
 from phantora.network.base import GpuId, NetworkBackend, NetworkStats
 from wire.messages import (
@@ -242,12 +243,12 @@ class LiveEngine:
                  gpus_of_rank: Sequence[GpuId], *, calibration: Calibration = DEFAULT_CALIBRATION,
                  coverage: Coverage | None = None, record_flows: bool = False,
                  overlap: OverlapModel | None = MEASURED_OVERLAP,
-                 kernel_gap_ns: int = KERNEL_GAP_NS) -> None:
+                 kernel_gap_ns: int = KERNEL_GAP_NS.value) -> None:
         """``connections[rank]`` is the coordinator's end of each rank's pipe;
         ``gpus_of_rank[rank]`` the global GPU the rank drives; ``coverage`` (if given)
         accumulates every kernel's cost source; ``overlap`` how collectives in flight slow a
         GPU's kernels (``None``: not at all); ``kernel_gap_ns`` the GPU's idle time between
-        back-to-back kernels (``streams.KERNEL_GAP_NS``)."""
+        back-to-back kernels (``phantora.calibration.gpu.KERNEL_GAP_NS``)."""
         world = len(gpus_of_rank)
         if sorted(connections) != list(range(world)):
             raise SimulationError(f"connections are for ranks {sorted(connections)}, but "

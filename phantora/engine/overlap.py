@@ -3,7 +3,8 @@ the collective slower beside kernels.
 
 NCCL runs a collective as a kernel of one CUDA block per channel that holds its SM and streams
 through HBM for the whole call, so a kernel on another stream gets what is left. The factors
-come from measurements on 2x H200 (``scripts/measure_overlap.py``, ``scripts/data/overlap/``);
+come from measurements on 2x H200 (``scripts/measure_overlap.py``, ``scripts/data/overlap/``;
+the measured points and their source: ``phantora.calibration.gpu``);
 what was measured, how the rule below was chosen and what it misses: ``docs/models/compute.md``.
 
 * A kernel's factor is read off a curve of its alone duration (linear in log duration between
@@ -31,6 +32,12 @@ import math
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 
+from phantora.calibration.gpu import (
+    COLLECTIVE_BY_COMPUTE,
+    COLLECTIVE_BY_MEMORY,
+    KERNEL_BY_COLLECTIVE_COMPUTE,
+    KERNEL_BY_COLLECTIVE_MEMORY,
+)
 from phantora.compute.ops import is_memory_bound
 from phantora.compute.spec import MEMCPY_DTOH, MEMCPY_HTOD
 
@@ -219,15 +226,9 @@ class CommWindows:
 
 
 MEASURED_OVERLAP = OverlapModel(
-    # bf16 GEMMs 2048^3, 4096^3, 8192^3: alone mean (ns) and slowdown, each averaged over
-    # all_reduce/all_gather/reduce_scatter x 16/256 MiB x 2 ranks (results.csv, k_slowdown).
-    compute=SlowdownCurve(((27_335, 1.691), (177_701, 1.296), (1_414_905, 1.089))),
-    # layer_norm [8192, 4096] and add of two 256 MiB tensors, bf16, averaged the same way.
-    memory=SlowdownCurve(((58_678, 1.310), (187_845, 1.141))),
-    # The collectives' slowdown beside the same kernels, 256 MiB calls (training buckets and
-    # FSDP's per-layer calls are 10-500 MiB; 16 MiB calls were slowed 1.4-13x, starved of SMs).
-    collective_by_compute=SlowdownCurve(((27_335, 1.100), (177_701, 1.231), (1_414_905, 2.337))),
-    collective_by_memory=SlowdownCurve(((58_678, 1.112), (187_845, 1.818))),
+    compute=SlowdownCurve(KERNEL_BY_COLLECTIVE_COMPUTE.value),
+    memory=SlowdownCurve(KERNEL_BY_COLLECTIVE_MEMORY.value),
+    collective_by_compute=SlowdownCurve(COLLECTIVE_BY_COMPUTE.value),
+    collective_by_memory=SlowdownCurve(COLLECTIVE_BY_MEMORY.value),
 )
-"""2x H200, ``scripts/data/overlap/h200x2/results.csv``; the test suite checks these points
-against that file."""
+"""The curves measured on 2x H200 (``phantora.calibration.gpu``, with their source)."""

@@ -3,8 +3,8 @@
 Semantics, as CUDA defines them:
 
 * Work on one stream runs in issue order; a kernel starts at ``max(launch time, the end of
-  the stream's previous work + the front end's gap)`` (:data:`KERNEL_GAP_NS`) and runs its
-  duration.
+  the stream's previous work + the front end's gap)`` (measured:
+  ``phantora.calibration.gpu.KERNEL_GAP_NS``) and runs its duration.
 * ``event.record(stream)`` completes when everything queued on the stream before it has; a
   later ``stream.wait_event(event)`` holds everything queued after it on that stream until the
   event completes. The record a wait refers to is the latest one *in program order* (an event
@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+from phantora.calibration.gpu import KERNEL_GAP_NS
 from phantora.engine.overlap import (
     MEASURED_OVERLAP,
     Busy,
@@ -36,14 +37,6 @@ from phantora.engine.overlap import (
 )
 from phantora.errors import SimulationError
 from wire.messages import Collective, EventRecord, Kernel, Op, StreamWait
-
-
-KERNEL_GAP_NS = 1_800
-"""GPU time between the end of one kernel and the start of the next queued behind it on a
-stream (the front end fetching and setting up the next launch). Measured on the lent H100 in
-GPU-bound training steps: step time on the GPU minus the profiler's summed kernel time, per
-kernel-launching op: 2.09 us for GPT-2 124M, 1.58 us for GPT-2 350M (batch 8 x 1024,
-``scripts/data/ops/``); the kernel tables time kernels without it."""
 
 
 class Completion:
@@ -292,9 +285,10 @@ class RankDevice:
 
     def __init__(self, rank: int, issue: Callable[[int, Collective], CollectivePort],
                  overlap: OverlapModel | None = MEASURED_OVERLAP,
-                 kernel_gap_ns: int = KERNEL_GAP_NS) -> None:
+                 kernel_gap_ns: int = KERNEL_GAP_NS.value) -> None:
         """``overlap``: how collectives in flight slow kernels; ``None`` leaves kernels as
-        the compute model timed them. ``kernel_gap_ns``: see :data:`KERNEL_GAP_NS`."""
+        the compute model timed them. ``kernel_gap_ns``: the front end's gap between
+        back-to-back kernels (``phantora.calibration.gpu.KERNEL_GAP_NS``)."""
         self.rank = rank
         self.kernel_gap_ns = kernel_gap_ns
         self._issue = issue

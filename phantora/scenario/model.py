@@ -153,8 +153,8 @@ class SimulationConfig(_Resolved):
     cpu_time_per_op_ns: int
     """Only used when ``reproducible``."""
     host_cpu: str
-    """Reference host (``intercept/data/host_speed.json``) whose CPU speed the script's host
-    time is scaled to, or ``"native"``; only used when not ``reproducible``."""
+    """Reference host (``phantora/calibration/data/host_speed.json``) whose CPU speed the
+    script's host time is scaled to, or ``"native"``; only used when not ``reproducible``."""
     overlap_slowdown: bool
     """Whether collectives in flight slow the kernels running beside them."""
     routing: str

@@ -3,9 +3,10 @@
 import numpy as np
 import pytest
 
+from phantora.calibration.gpu import HOST_LINK_GBS
 from phantora.cluster.catalogue import lookup_gpu
 from phantora.compute import ComputeModel, CostSource, Coverage, KernelSpec
-from phantora.compute.model import HOST_COPY_LATENCY_NS, HOST_LINK_GBS, table_path
+from phantora.compute.model import HOST_COPY_LATENCY_NS, table_path
 from phantora.compute.ops import base_name, is_memory_bound
 from phantora.compute.spec import MEMCPY_HTOD, STRIDED, Family
 from phantora.compute.table import KernelTable
@@ -121,7 +122,7 @@ def test_unknown_ops_are_costed_by_their_bytes_and_flagged(h100: ComputeModel) -
 def test_host_copies_cross_pcie(h100: ComputeModel) -> None:
     cost = h100.cost(KernelSpec(MEMCPY_HTOD, bytes=1 << 30))
     assert cost.source is CostSource.HOST_TRANSFER
-    assert cost.duration_ns == HOST_COPY_LATENCY_NS + round((1 << 30) / HOST_LINK_GBS)
+    assert cost.duration_ns == HOST_COPY_LATENCY_NS + round((1 << 30) / HOST_LINK_GBS.value)
 
 
 def test_negative_work_is_rejected(h100: ComputeModel) -> None:

@@ -1,8 +1,9 @@
 """The package layering rules of the README's "Layout" section hold (import-linter reads them
 from ``pyproject.toml``): packages import one way, each only the layers below it (cli, study,
-record, report, engine, scenario, intercept, collectives, network, compute, cluster; then
-units, errors, cpu_affinity, wire); the network backends import no PyTorch; the live-rank side no
-ns-3, no engine and no network; the rank<->engine wire no PyTorch, no ns-3 and neither side."""
+record, report, engine, scenario, intercept, collectives, network, compute, cluster,
+calibration; then units, errors, cpu_affinity, wire); the calibration values import nothing
+heavy; the network backends import no PyTorch; the live-rank side no ns-3, no engine and no
+network; the rank<->engine wire no PyTorch, no ns-3 and neither side."""
 
 import os
 import shutil

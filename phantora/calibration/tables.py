@@ -1,0 +1,48 @@
+"""The measured tables in ``phantora/calibration/data/``, each with its source; the loaders
+(``phantora.compute.table`` through ``phantora.compute.model``, ``intercept.host_cost``,
+``intercept.host_speed``) read them from these paths."""
+
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+
+from phantora.calibration.source import NO_NCCL, UNKNOWN, Source, Table
+
+DATA_DIR = Path(__file__).resolve().with_name("data")
+
+_KERNELS = dict(nccl=NO_NCCL, torch="2.11.0+cu130 (cuBLAS 13.1, cuDNN 9.19, Triton 3.6.0)",
+                how="scripts/measure_kernels.py --export-clean: measured rows only, the first of "
+                    "any duplicate, host-bound rows left out; data/README.md says how a row was "
+                    "timed")
+
+KERNEL_TABLES: Mapping[str, Table] = MappingProxyType({
+    "h100": Table(DATA_DIR / "kernels_h100.csv", Source(
+        file="scripts/data/kernels/h100/results.csv, scripts/data/kernels/h100-families/",
+        date="2026-11-22 (model-family rows 2026-11-25)",
+        gpu="NVIDIA H100 80GB HBM3, SXM (lent nvidia-h100-x1)", **_KERNELS)),
+    "h200": Table(DATA_DIR / "kernels_h200.csv", Source(
+        file="scripts/data/kernels/h200/results.csv, scripts/data/kernels/h200-families/",
+        date="2026-11-22 (model-family rows 2026-11-25)",
+        gpu="NVIDIA H200, SXM (lent nvidia-h200)", **_KERNELS)),
+})
+"""Device time of one call of an aten op per op, dtype and shape, by catalogue GPU key."""
+
+HOST_COSTS = Table(DATA_DIR / "host_costs.json", Source(
+    file="scripts/data/host_costs/h100x1.json, scripts/data/host_costs/h100x1-gemm.json",
+    date="2026-11-25 (first-seen GEMM shapes 2026-11-26)",
+    gpu="NVIDIA H100 80GB HBM3 (lent nvidia-h100-x1; 16 vCPUs of an Intel Xeon)",
+    nccl=UNKNOWN, torch="2.11.0+cu130",
+    how="scripts/measure_host_costs.py --import-raw: per op family the median of its cases' "
+        "medians of 7 rounds (the file's provenance block)"))
+"""Host CPU time per intercepted op on the reference host: kernel launches by op family,
+collective calls, first-seen GEMM shapes (``intercept.host_cost``)."""
+
+HOST_SPEED = Table(DATA_DIR / "host_speed.json", Source(
+    file="scripts/data/host/h100-x1-b.json, scripts/data/host/h200-x2.json",
+    date="2026-11-22",
+    gpu="hosts of the lent nvidia-h100-x1 (h100-host) and nvidia-h200-x2 (h200-host)",
+    nccl="n/a (host CPU benchmark)", torch="2.11.0+cu130",
+    how="scripts/measure_host_speed.py --import-record: the fastest of 5 rounds per component, "
+        "median over the measurements (scripts/data/host/README.md)"))
+"""Reference hosts' CPU speeds, which a rank's own CPU time is scaled by
+(``intercept.host_speed``)."""
