@@ -72,7 +72,7 @@ from types import TracebackType
 from typing import Protocol
 
 from intercept import shim
-from intercept.host_speed import UNSCALED, SpeedRatio
+from intercept.host_references import UNSCALED, SpeedRatio
 from wire.messages import HostTimeSplit
 
 _NS_PER_S = 1_000_000_000

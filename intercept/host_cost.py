@@ -115,11 +115,11 @@ class HostCostTable:
 
     def scaled_to(self, reference: str) -> "HostCostTable":
         """The table for another reference host (``simulation.host_cpu``), scaled by the two
-        hosts' ``torch_ops`` component of the host-speed benchmark (``intercept.host_speed``:
+        hosts' ``torch_ops`` component of the host-speed benchmark (``intercept.host_benchmark``:
         torch's CPU op dispatch, what these costs are made of)."""
         if reference == self.reference:
             return self
-        from intercept.host_speed import references
+        from intercept.host_references import references
 
         hosts = references().hosts
         if reference not in hosts:
@@ -191,7 +191,7 @@ def table_for(reference: str | None, gpu: str) -> HostCostTable:
     """The shipped table for ``simulation.host_cpu`` ``reference``; ``None`` (reproducible mode)
     or ``native`` (this machine's CPU, unscaled, for the script's Python) take the reference
     host of ``gpu``, a catalogue key."""
-    from intercept.host_speed import NATIVE, references
+    from intercept.host_references import NATIVE, references
 
     if reference is None or reference == NATIVE:
         reference = references().for_gpu(gpu).name

@@ -5,7 +5,7 @@ between two intercepted operations: its Python (module calls, hooks, optimizer l
 as the thread's CPU time that counts as the script's (``intercept.shim.thread_counted_ns``). A
 single reading moves with what else runs on the machine: contention for caches and sibling
 hyper-threads inflates CPU time by up to 2-3x on 2 shared cores, more than the host-speed
-benchmark (``intercept.host_speed``, small hot loops) inflates at the same moment, so scaling
+benchmark (``intercept.host_benchmark``, small hot loops) inflates at the same moment, so scaling
 each reading by the ratio in force leaves the estimate of a host-bound step 30-50% high on a
 busy machine. A training script repeats the same segments every step; so each *segment* (the
 work between two consecutive intercepted operations of one thread) is keyed by what it sits

@@ -15,7 +15,7 @@ Usages (from the repository root):
           --reference h100-host --gpus h100 --description "..." \\
           --write phantora/calibration/data/host_speed.json
 
-A *measurement* is :func:`intercept.host_speed.measure`: each component's fastest of
+A *measurement* is :func:`intercept.host_benchmark.measure`: each component's fastest of
 ``--rounds`` rounds (thread CPU time). The script takes ``--repeats`` measurements one after the
 other and reports each; a host's reference number for a component is the median of its
 measurements.
@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anyw
 # torch component runs (it is skipped where torch is not imported).
 import torch
 
-from intercept import host_speed
+from intercept import host_benchmark, host_references
 
 _NS_PER_MS = 1e6
 
@@ -59,7 +59,7 @@ def system() -> dict[str, Any]:
     """What the numbers were taken on."""
     return {"cpu": cpu_model(), "cpus": os.cpu_count(), "python": platform.python_version(),
             "torch": torch.__version__, "platform": platform.platform(),
-            "benchmark_version": host_speed.BENCHMARK_VERSION}
+            "benchmark_version": host_benchmark.BENCHMARK_VERSION}
 
 
 def _spin() -> None:
@@ -106,7 +106,7 @@ def report(measurements: list[dict[str, int]], summary: Mapping[str, int]) -> No
     print(f"total over measurements: min {_ms(min(totals))} ms, max {_ms(max(totals))} ms, "
           f"spread {(max(totals) - min(totals)) / min(totals):.1%}")
     try:
-        references = host_speed.references()
+        references = host_references.references()
     except (OSError, ValueError, KeyError) as error:
         print(f"(no shipped references to compare with: {error})")
         return
@@ -119,12 +119,12 @@ def import_record(record_path: Path, name: str, gpus: list[str], description: st
                   data_path: Path) -> None:
     """Put the record's median components into ``data_path`` as reference host ``name``."""
     record = json.loads(record_path.read_text())
-    if record["system"]["benchmark_version"] != host_speed.BENCHMARK_VERSION:
+    if record["system"]["benchmark_version"] != host_benchmark.BENCHMARK_VERSION:
         raise SystemExit(f"{record_path} is of benchmark version "
                          f"{record['system']['benchmark_version']}, not "
-                         f"{host_speed.BENCHMARK_VERSION}")
+                         f"{host_benchmark.BENCHMARK_VERSION}")
     document: dict[str, Any] = (json.loads(data_path.read_text()) if data_path.exists() else
-                                {"benchmark_version": host_speed.BENCHMARK_VERSION,
+                                {"benchmark_version": host_benchmark.BENCHMARK_VERSION,
                                  "fallback": name, "hosts": {}})
     system_info = record["system"]
     document["hosts"][name] = {
@@ -134,14 +134,14 @@ def import_record(record_path: Path, name: str, gpus: list[str], description: st
         "measured_on": {k: system_info[k] for k in ("cpu", "cpus", "python", "torch")},
         "source": str(record_path),
     }
-    host_speed.parse_references(document)  # refuse to write what the product could not read
+    host_references.parse_references(document)  # refuse to write what the product could not read
     data_path.write_text(json.dumps(document, indent=2) + "\n")
     print(f"wrote reference {name!r} into {data_path}")
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=host_speed.ROUNDS,
+    parser.add_argument("--rounds", type=int, default=host_benchmark.ROUNDS,
                         help="rounds per measurement (fastest kept per component)")
     parser.add_argument("--repeats", type=int, default=10, help="measurements to take")
     parser.add_argument("--load", type=int, default=0, metavar="N",
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> None:
     info = system()
     print(" | ".join(f"{k}: {v}" for k, v in info.items()) + f" | load: {args.load}")
     with load(args.load):
-        measurements = [host_speed.measure(args.rounds) for _ in range(args.repeats)]
+        measurements = [host_benchmark.measure(args.rounds) for _ in range(args.repeats)]
     summary = summarize(measurements)
     report(measurements, summary)
     if args.json is not None:

@@ -12,7 +12,7 @@ from math import ceil
 from pathlib import Path
 from typing import TypeVar
 
-from intercept import host_speed
+from intercept import host_references
 from intercept.value_policy import Routing
 from phantora.cluster.catalogue import GpuSpec, lookup_gpu
 from phantora.cluster.topology import uplinks_for
@@ -84,7 +84,7 @@ def resolve_scenario(spec: ScenarioSpec, source: str) -> Scenario:
                         reproducible=spec.simulation.reproducible,
                         cpu_time_per_op_ns=spec.simulation.cpu_time_per_op,
                         host_cpu=_given(spec.simulation.host_cpu,
-                                        host_speed.references().for_gpu(gpu.name).name),
+                                        host_references.references().for_gpu(gpu.name).name),
                         overlap_slowdown=spec.simulation.overlap_slowdown,
                         routing=routing,
                         unknown_shapes=spec.simulation.unknown_shapes,

@@ -22,7 +22,7 @@ from pydantic import (
     Tag,
 )
 
-from intercept.host_speed import host_cpu_choices
+from intercept.host_references import host_cpu_choices
 from intercept.value_policy import Routing
 from phantora.cluster.catalogue import CATALOGUE
 from phantora.cpu_affinity import usable_cpus
@@ -394,7 +394,7 @@ class SimulationSpec(_Section):
     overhead around it), on top of the kernel launch overhead; default 10us."""
     host_cpu: Annotated[str, Choice, AfterValidator(_host_cpu)] | None = None
     """Whose CPU speed the script's own host time is counted at: a reference GPU host measured
-    on the benchmark of intercept/host_speed.py (h100-host, h200-host, ...), into whose time
+    on the benchmark of intercept/host_benchmark.py (h100-host, h200-host, ...), into whose time
     this machine's CPU time is converted, or native (this machine's CPU time as measured:
     results then depend on its speed and load). Default the reference host of cluster.gpu,
     else the H100's. Not used when reproducible."""

@@ -7,7 +7,7 @@ import pytest
 from intercept.clock import VirtualClock
 from intercept.host_cost import (TABLE_PATH, GemmShapeCache, family_of, load_table, table_for,
                                  table_from_json)
-from intercept.host_speed import references
+from intercept.host_references import references
 from intercept.residual import ResidualSmoother
 
 

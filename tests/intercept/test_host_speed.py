@@ -9,23 +9,17 @@ from typing import Any
 import pytest
 
 from intercept import clock as clock_module
-from intercept import host_speed
+from intercept import host_benchmark, host_references
 from intercept.clock import VirtualClock
-from intercept.host_speed import (
-    COMPONENTS,
-    NATIVE,
-    HostSpeed,
-    ReferenceHost,
-    SpeedRatio,
-    host_speed_for,
-    parse_references,
-)
+from intercept.host_benchmark import COMPONENTS
+from intercept.host_references import NATIVE, ReferenceHost, SpeedRatio, parse_references
+from intercept.host_speed import HostSpeed, host_speed_for
 
 
 def document(**changes: Any) -> dict[str, Any]:
     """A valid ``host_speed.json`` document, with top-level ``changes``."""
     base: dict[str, Any] = {
-        "benchmark_version": host_speed.BENCHMARK_VERSION,
+        "benchmark_version": host_benchmark.BENCHMARK_VERSION,
         "fallback": "slow-host",
         "hosts": {
             "slow-host": {"gpus": ["h100"], "components_ns": {"bytecode": 400, "calls": 600}},
@@ -71,7 +65,7 @@ def test_references_pick_the_host_of_the_gpu_else_the_fallback() -> None:
 
 
 @pytest.mark.parametrize("changes,match", [
-    ({"benchmark_version": host_speed.BENCHMARK_VERSION + 1}, "benchmark version"),
+    ({"benchmark_version": host_benchmark.BENCHMARK_VERSION + 1}, "benchmark version"),
     ({"fallback": "nowhere"}, "fallback"),
     ({"hosts": {"native": {"gpus": [], "components_ns": {"calls": 1}}}, "fallback": "native"},
      "native"),
@@ -86,13 +80,13 @@ def test_invalid_references_are_refused(changes: dict[str, Any], match: str) -> 
 
 
 def test_shipped_references_cover_the_benchmark_and_the_lent_gpus() -> None:
-    references = host_speed.references()
+    references = host_references.references()
     assert references.fallback == "h100-host"
     assert references.for_gpu("h100").name == "h100-host"
     assert references.for_gpu("h200").name == "h200-host"
     for host in references.hosts.values():
         assert set(host.components_ns) == set(COMPONENTS)
-    assert host_speed.host_cpu_choices() == ("h100-host", "h200-host", NATIVE)
+    assert host_references.host_cpu_choices() == ("h100-host", "h200-host", NATIVE)
 
 
 def test_host_speed_for_a_setting() -> None:
@@ -125,20 +119,20 @@ def test_host_speed_uses_the_median_of_its_window_of_rounds() -> None:
 
 
 def test_measure_times_each_component_in_thread_cpu() -> None:
-    measured = host_speed.measure(rounds=1, components=("bytecode", "objects"))
+    measured = host_benchmark.measure(rounds=1, components=("bytecode", "objects"))
     assert set(measured) == {"bytecode", "objects"}
     assert all(ns > 0 for ns in measured.values())
     with pytest.raises(ValueError, match="rounds"):
-        host_speed.measure(rounds=0)
+        host_benchmark.measure(rounds=0)
 
 
 def test_torch_component_dispatches_with_a_fresh_threads_keys() -> None:
     """What a clock inside an op's dispatch measures must be the top-level dispatch path."""
     torch = pytest.importorskip("torch")
-    include, exclude = host_speed._default_dispatch_keys()
+    include, exclude = host_benchmark._default_dispatch_keys()
     assert str(include) == str(torch._C._dispatch_tls_local_include_set())
     assert str(exclude) == str(torch._C._dispatch_tls_local_exclude_set())
-    assert host_speed.measure(1, ("torch_ops",))["torch_ops"] > 0
+    assert host_benchmark.measure(1, ("torch_ops",))["torch_ops"] > 0
 
 
 # -- the clock ---------------------------------------------------------------------------------
