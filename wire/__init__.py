@@ -4,7 +4,9 @@ how it travels.
 Modules: :mod:`wire.messages` (ops, syncs, replies, values, exit), :mod:`wire.ops` (the
 operations a rank issues: :class:`~wire.ops.IssuedOp`), :mod:`wire.control` (the launcher's
 control channel to its fork server). Both sides import this package and it imports neither:
-only the standard library and numpy (``pyproject.toml``'s import contracts).
+only the standard library (``pyproject.toml``'s import contracts): a rank's clock imports it
+right after the fake-CUDA shim loads, before torch (a numpy import there would start
+OpenBLAS's spinning worker threads in the clock's CPU account).
 
 Transport: one ``multiprocessing.connection.Connection`` per rank (a socketpair made by the
 launcher before it forks the rank), carrying pickled :class:`Batch` objects rank -> coordinator

@@ -1,9 +1,10 @@
 """The messages a live rank and the coordinator exchange (the contract: :mod:`wire`)."""
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import numpy as np
+if TYPE_CHECKING:  # values travel as numpy arrays; the wire imports only the standard library
+    import numpy as np
 
 from wire.ops import IssuedOp
 
@@ -69,7 +70,7 @@ class ValuePayload:
 
     value_id: int
     """The rank's id for this collective's values."""
-    data: np.ndarray | None
+    data: "np.ndarray | None"
     """This rank's input values, flat and concatenated (``None``: unknown, or no inputs)."""
     want: bool
     """The rank's outputs take values."""
@@ -182,7 +183,7 @@ class ValueDelivery:
     """Coordinator -> rank, whenever ready (not tied to virtual time): output values of the
     rank's valued collectives, ``(value_id, flat values or None if unknown)``."""
 
-    values: tuple[tuple[int, np.ndarray | None], ...]
+    values: "tuple[tuple[int, np.ndarray | None], ...]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,4 +192,4 @@ class ValueUpdate:
     ``pending`` (not tied to virtual time: it carries no promise)."""
 
     value_id: int
-    data: np.ndarray | None
+    data: "np.ndarray | None"
