@@ -8,8 +8,13 @@ they come from a model instead of a constant (README, "Values"):
   distinct entries by the scenario's routing (``simulation.routing``, :class:`Routing`);
   ``sort`` indices are a random permutation per row; ``multinomial`` samples categories
   uniformly;
-* **comparisons** of unknown floats (``>``, ``<``, ...) are true with probability 1/2; ``==``
-  is false and ``!=`` true, except a tensor compared with itself (values are never NaN);
+* **comparisons** of unknown floats (``>``, ``<``, ...) are true with probability 1/2 per
+  element; a one-element comparison (a gradient norm against 0, a loss against a threshold)
+  compares what the host reads instead (an unknown float reads
+  :data:`~intercept.plausible.FLOAT_VALUE`), so it agrees with ``.item()`` and comes out the
+  same on every rank (frameworks decide collectively from such checks: DeepSpeed's overflow
+  check skips its step on one rank only otherwise); ``==`` is false and ``!=`` true, except a
+  tensor compared with itself (values are never NaN);
 * **finiteness**: fake floats are finite (``isnan``/``isinf`` false, ``isfinite`` true, AMP's
   non-finite check finds nothing).
 
@@ -17,17 +22,23 @@ Draws come from one generator per rank, seeded by the scenario's seed and the ra
 order: the same scenario and seed give the same values.
 """
 
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
+from intercept.plausible import plausible_value
 from intercept.value_policy import Routing
 from intercept.values import ValueStore, valuable
 from phantora.errors import SimulationError
 
 aten = torch.ops.aten
+_COMPARISONS: dict[Any, Callable[[Any, Any], bool]] = {
+    aten.gt: operator.gt, aten.ge: operator.ge, aten.lt: operator.lt, aten.le: operator.le,
+}
+
 
 class ValueModel:
     """Values of integer/bool results of ops on unknown floats (module docstring)."""
@@ -45,9 +56,9 @@ class ValueModel:
             aten.multinomial.default: self._multinomial,
             aten._amp_foreach_non_finite_check_and_unscale_.default: _finite_grads,
         }
-        for op in (aten.gt, aten.ge, aten.lt, aten.le):
+        for op, compare in _COMPARISONS.items():
             for overload in (op.Tensor, op.Scalar):
-                self._handlers[overload] = self._coin
+                self._handlers[overload] = self._comparison(compare)
         for overload in (aten.eq.Tensor, aten.eq.Scalar):
             self._handlers[overload] = self._equal
         for overload in (aten.ne.Tensor, aten.ne.Scalar):
@@ -143,10 +154,24 @@ class ValueModel:
         return np.take_along_axis(top, order, axis=1)
 
     # -- booleans ------------------------------------------------------------------------------
-    def _coin(self, out: torch.Tensor, *args: Any) -> bool:
-        if not valuable(out):
-            return False
-        return self._set(out, self._rng.random(tuple(out.shape)) < 0.5)
+    def _comparison(self, compare: Callable[[Any, Any], bool]) -> Callable[..., bool]:
+        def handler(out: torch.Tensor, a: Any, b: Any) -> bool:
+            if not valuable(out):
+                return False
+            if out.numel() == 1:  # so is every operand: broadcasting never shrinks
+                return self._set_all(out, bool(compare(self._read(a), self._read(b))))
+            return self._set(out, self._rng.random(tuple(out.shape)) < 0.5)
+        return handler
+
+    def _read(self, operand: Any) -> Any:
+        """What the host reads of a one-element operand: its value where known, else the
+        plausible value of its dtype; a Python scalar as it is."""
+        if not isinstance(operand, torch.Tensor):
+            return operand
+        real = self._store.real(operand)
+        if real is None:
+            return plausible_value(operand.dtype)
+        return real.reshape(-1)[0].item()
 
     def _equal(self, out: torch.Tensor, a: Any, b: Any) -> bool:
         return self._set_all(out, a is b)

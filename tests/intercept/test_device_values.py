@@ -27,6 +27,22 @@ result["other_seed"] = counts("uniform", 7)["first"] != counts("uniform", 8)["fi
 result["argmax_range"] = sorted(set(torch.argmax(logits, -1).tolist()))
 """
 
+COMPARISONS = """
+from intercept import fake_mode
+from intercept.value_model import ValueModel
+from intercept.value_policy import Routing
+mode = fake_mode.active()
+norm = torch.randn(1 << 16, device="cuda").norm()  # a one-element fake float: reads 1.0
+limit = torch.tensor(5.0, device="cuda")          # a known value
+scores = torch.randn(4096, device="cuda")
+def checks(rank):
+    mode.value_model = ValueModel(mode.values, Routing.parse("uniform"), 0, rank)
+    return {"negative": bool(norm < 0), "at_least_one": bool(norm >= 1.0),
+            "over_limit": bool(norm > limit), "item_agrees": bool(norm < 2) == (norm.item() < 2),
+            "share_true": (scores > 0).sum().item() / 4096}
+result["ranks"] = [checks(0), checks(1)]
+"""
+
 PENDING = """
 import numpy as np
 from intercept import fake_mode
@@ -104,6 +120,19 @@ def test_routing_modes_shape_the_load(routing: dict[str, Any]) -> None:
 def test_values_are_seeded(routing: dict[str, Any]) -> None:
     assert routing["same_seed"] and routing["other_seed"]
     assert routing["argmax_range"] == list(range(8))
+
+
+def test_one_element_comparisons_read_like_the_host_and_agree_across_ranks() -> None:
+    """A norm checked against 0 (DeepSpeed's overflow check) must not differ between ranks,
+    or their collectives stop matching; many elements still split about evenly."""
+    first, second = run_snippet(COMPARISONS)["result"]["ranks"]
+    for checks in (first, second):
+        assert checks["negative"] is False
+        assert checks["at_least_one"] is True
+        assert checks["over_limit"] is False
+        assert checks["item_agrees"] is True
+        assert 0.4 < checks["share_true"] < 0.6
+    assert first["share_true"] != second["share_true"]  # per rank: its own draws
 
 
 def test_values_pending_on_a_collective_are_computed_when_they_arrive() -> None:
