@@ -26,6 +26,7 @@ import functools
 import importlib
 import sys
 import warnings
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -434,8 +435,11 @@ def tensor_pin_memory(self: torch.Tensor, device: Any = None) -> torch.Tensor:
 
 
 def swap_tensors_forgetting_memo(original: Callable[..., None]) -> Callable[..., None]:
-    """``Module.to('cuda')`` swaps fake parameters; swap_tensors refuses a tensor that has
-    weakrefs, and FakeTensorConverter's memo holds one to every converted tensor."""
+    """``Module.to('cuda')`` swaps fake parameters (on a GPU, real ones take the ``.data =``
+    path instead); swap_tensors refuses a tensor that has weakrefs. FakeTensorConverter's memo
+    holds one to every converted tensor (forgotten here), and a framework may hold
+    ``weakref.finalize`` hooks on parameters (DeepSpeed names them for debugging): those are
+    detached for the swap and attached again to the same objects (a swap keeps identities)."""
 
     @functools.wraps(original)
     def swap_tensors(t1: torch.Tensor, t2: torch.Tensor) -> None:
@@ -444,9 +448,23 @@ def swap_tensors_forgetting_memo(original: Callable[..., None]) -> Callable[...,
                 memo = t.fake_mode.fake_tensor_converter.tensor_memo
                 for key in [k for k, v in list(memo.items()) if v is t]:
                     del memo[key]
-        original(t1, t2)
+        registry = weakref.finalize._registry  # type: ignore[attr-defined]
+        detached = [f.detach() for f in list(registry) if _finalizes(f, t1, t2)]
+        try:
+            original(t1, t2)
+        finally:
+            for found in detached:
+                if found is not None:
+                    obj, func, args, kwargs = found
+                    weakref.finalize(obj, func, *args, **kwargs)
 
     return swap_tensors
+
+
+def _finalizes(finalizer: weakref.finalize, *objects: object) -> bool:
+    """Whether ``finalizer`` is alive and watches one of ``objects`` (by identity)."""
+    watched = finalizer.peek()
+    return watched is not None and any(watched[0] is obj for obj in objects)
 
 
 def with_fake_tensor(original: list[type]) -> list[type]:

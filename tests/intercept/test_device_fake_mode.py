@@ -188,6 +188,22 @@ result["compile"] = {"kernels": compiled, "other": other,
 """
 
 
+FINALIZED_PARAMETERS = """
+import gc, weakref
+import torch.nn as nn
+gone = []
+model = nn.Linear(512, 512)  # built on the CPU: fake parameters
+for name, param in model.named_parameters():  # as DeepSpeed names parameters for debugging
+    weakref.finalize(param, gone.append, name)
+model.to("cuda")
+result["device"] = str(model.weight.device)
+result["gone_while_alive"] = list(gone)
+del model, name, param
+gc.collect()
+result["gone"] = sorted(gone)
+"""
+
+
 @pytest.fixture(scope="module")
 def step() -> dict[str, Any]:
     return run_snippet(TRAINING_STEP)["result"]["step"]
@@ -279,6 +295,13 @@ def test_script_threads_run_under_the_mode(behaviour: dict[str, Any]) -> None:
     threads = behaviour["result"]["threads"]
     assert threads["thread"] == "cuda:0"
     assert threads["batches"] == [["cuda:0", sum(range(i, i + 8))] for i in range(0, 32, 8)]
+
+
+def test_parameters_with_finalizers_move_to_the_gpu() -> None:
+    """Moving a module swaps its fake parameters, which refuses weakly referenced tensors; a
+    framework's ``weakref.finalize`` on a parameter must neither block the move nor be lost."""
+    result = run_snippet(FINALIZED_PARAMETERS)["result"]
+    assert result == {"device": "cuda:0", "gone_while_alive": [], "gone": ["bias", "weight"]}
 
 
 def test_compile_launches_fused_kernels(behaviour: dict[str, Any]) -> None:
