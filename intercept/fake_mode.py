@@ -327,6 +327,11 @@ class SimFakeMode(FakeTensorMode):
         if isinstance(t, FakeTensor) and t.constant is not None:
             with self.runtime.excluded():
                 return self.dispatch(func, types, args, kwargs)
+        return self.read_scalar(t)
+
+    def read_scalar(self, t: torch.Tensor) -> Any:
+        """The value of one-element ``t`` on the host: for a CUDA tensor after a
+        device-to-host copy the host waits for."""
         if t.device.type == "cuda":
             stream = self._current_stream(t.device.index or 0)
             self.runtime.kernel(KernelSpec(MEMCPY_DTOH, bytes=t.element_size()), stream)

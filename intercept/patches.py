@@ -27,7 +27,7 @@ import importlib
 import sys
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,10 +37,11 @@ import torch.distributed.tensor._sharding_prop
 import torch.optim.optimizer
 import torch.utils._foreach_utils
 from torch._prims_common import suggest_memory_format
-from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, is_fake
 
 from intercept import (compiled, cuda_ops, device_memory, dispatch_glue, fake_mode, host_reads,
                        shim)
+from intercept.values import valuable
 from phantora.cluster.catalogue import GpuSpec
 from phantora.errors import SimulationError
 
@@ -413,6 +414,53 @@ def set_rng_state_all(new_states: list[torch.Tensor]) -> None:
         set_rng_state(state)
 
 
+class CudaGenerator:
+    """A GPU's default generator (``torch.cuda.default_generators[i]``; a CPU build has none).
+    Its state is the simulator's one CUDA seed; a cloned state is a snapshot of it."""
+
+    def __init__(self, index: int, snapshot: int | None = None) -> None:
+        self.device = torch.device("cuda", index)
+        self._snapshot = snapshot
+
+    def manual_seed(self, new_seed: int) -> "CudaGenerator":
+        manual_seed(new_seed)
+        return self
+
+    def seed(self) -> int:
+        seed()
+        return _seed
+
+    def initial_seed(self) -> int:
+        return _seed
+
+    def get_state(self) -> torch.Tensor:
+        return get_rng_state(self.device)
+
+    def set_state(self, new_state: torch.Tensor) -> "CudaGenerator":
+        set_rng_state(new_state)
+        return self
+
+    def clone_state(self) -> "CudaGenerator":
+        return CudaGenerator(self.device.index or 0, _seed)
+
+    def graphsafe_get_state(self) -> "CudaGenerator":
+        return self.clone_state()
+
+    def graphsafe_set_state(self, state: "CudaGenerator") -> "CudaGenerator":
+        manual_seed(_seed if state._snapshot is None else state._snapshot)
+        return self
+
+
+class DefaultGenerators(Sequence[CudaGenerator]):
+    """``torch.cuda.default_generators``: one :class:`CudaGenerator` per simulated GPU."""
+
+    def __getitem__(self, index: Any) -> Any:
+        return tuple(CudaGenerator(i) for i in range(installed().device_count))[index]
+
+    def __len__(self) -> int:
+        return installed().device_count
+
+
 class _NvtxStub:
     """Stands in for ``torch._C._nvtx``: every NVTX call is a no-op returning 0."""
 
@@ -467,6 +515,25 @@ def _finalizes(finalizer: weakref.finalize, *objects: object) -> bool:
     return watched is not None and any(watched[0] is obj for obj in objects)
 
 
+def trunc_normal_without_rejection(
+        original: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``nn.init.trunc_normal_`` redraws the samples outside ``[a, b]`` until none is left
+    (``mask.any()``). Of fake floats the simulator knows no values, so the loop would never end:
+    their comparisons are coin flips. Samples the simulator cannot know are drawn once and
+    clamped instead (two kernels at initialisation, where a GPU runs a few rounds of small
+    ones); tensors with values run the original."""
+
+    @functools.wraps(original)
+    def trunc_normal(tensor: torch.Tensor, mean: float, std: float, a: float, b: float,
+                     generator: torch.Generator | None = None) -> torch.Tensor:
+        if not is_fake(tensor) or valuable(tensor):
+            return original(tensor, mean, std, a, b, generator=generator)
+        with torch.no_grad():
+            return tensor.normal_(mean, std, generator=generator).clamp_(a, b)
+
+    return trunc_normal
+
+
 def with_fake_tensor(original: list[type]) -> list[type]:
     """Optimizers and clip_grad_norm_ only use foreach/fused kernels for types in this list
     (else a per-parameter loop: 3x the kernels); DTensor adds itself the same way."""
@@ -512,6 +579,16 @@ def conv_memory_format_as_cudnn(original: Callable[..., Any]) -> Callable[..., A
         return original(input, weight, backend)
 
     return determine
+
+
+def local_scalar_dense_cuda(t: torch.Tensor) -> Any:
+    """``torch.tensor([cuda_scalar, ...])`` reads each element below the Python key, so no
+    mode sees the read: it reaches this kernel, which reads through the active mode as
+    ``.item()`` does (a device-to-host copy the host waits for, then the value)."""
+    mode = fake_mode.active()
+    if mode is None or not isinstance(t, FakeTensor):
+        raise SimulationError("a CUDA scalar was read outside the simulator's fake mode")
+    return mode.read_scalar(t)
 
 
 # --- scaled dot-product attention -------------------------------------------------------------
@@ -646,6 +723,7 @@ PATCHES: tuple[Patch | Wrap | Register, ...] = (
     Patch("torch.cuda.get_rng_state_all", get_rng_state_all, "no CUDA generators"),
     Patch("torch.cuda.set_rng_state", set_rng_state, "checkpointing restores it"),
     Patch("torch.cuda.set_rng_state_all", set_rng_state_all, "no CUDA generators"),
+    Patch("torch.cuda.default_generators", DefaultGenerators(), "a CPU build has none"),
     # profiling annotations
     Patch("torch.cuda.nvtx._nvtx", _NvtxStub(), "a CPU build raises 'NVTX functions not "
           "installed'"),
@@ -665,10 +743,14 @@ PATCHES: tuple[Patch | Wrap | Register, ...] = (
           "torch.save fails pickling the fake mode; writes meta placeholders instead"),
     Wrap("torch.utils.swap_tensors", swap_tensors_forgetting_memo,
          "Module.to('cuda'): 'Cannot swap t1 because it has weakref associated with it'"),
+    Wrap("torch.nn.init._no_grad_trunc_normal_", trunc_normal_without_rejection,
+         "a rejection loop on values the simulator does not know never ends"),
     Wrap("torch.utils._foreach_utils._foreach_supported_types", with_fake_tensor,
          "clip_grad_norm_ falls back to a per-tensor loop"),
     Wrap("torch.optim.optimizer._foreach_supported_types", with_fake_tensor,
          "optimizers fall back to a per-parameter loop"),
+    Register("_local_scalar_dense", "CUDA", local_scalar_dense_cuda,
+             "torch.tensor() of CUDA scalars reads them below the Python key"),
     Register("scaled_dot_product_attention", "AutogradCUDA", sdpa_cuda,
              "a CPU build only has the math path for 'cuda'"),
     *(Register(op, "CUDA", cuda_ops.placeholder_kernel(op),

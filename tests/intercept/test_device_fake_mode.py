@@ -204,6 +204,42 @@ result["gone"] = sorted(gone)
 """
 
 
+TRUNC_NORMAL = """
+import torch.nn as nn
+mark = len(runtime.kernels)
+big = nn.init.trunc_normal_(torch.empty(2048, 2048, device="cuda"), std=0.02)
+result["kernels"] = [k[0] for k in runtime.kernels[mark:]]
+small = nn.init.trunc_normal_(torch.empty(16, 16, device="cuda"), std=0.02, a=-0.03, b=0.03)
+result["small_within"] = bool(small.abs().max().item() <= 0.03)
+"""
+
+
+SCALARS_INTO_TENSOR = """
+norms = [torch.randn(4096, device="cuda").norm() for _ in range(3)]
+kernels, calls = len(runtime.kernels), len(runtime.calls)
+gathered = torch.tensor(norms)  # Megatron's grad-norm fallback does this
+result["gathered"] = [str(gathered.device), gathered.tolist()]
+result["kernels"] = [k[0] for k in runtime.kernels[kernels:]]
+result["syncs"] = sum(c[0] == "sync" for c in runtime.calls[calls:])
+"""
+
+
+GENERATORS = """
+generators = torch.cuda.default_generators  # Megatron's RNG tracker uses them directly
+g = generators[1]
+g.manual_seed(1234)
+state, snapshot = g.get_state(), g.graphsafe_get_state()
+torch.cuda.manual_seed(99)
+after_reseed = g.initial_seed()
+g.set_state(state)
+restored = torch.cuda.initial_seed()
+torch.cuda.manual_seed(7)
+g.graphsafe_set_state(snapshot)
+result.update(count=len(generators), device=str(g.device), after_reseed=after_reseed,
+              restored=restored, graphsafe=torch.cuda.initial_seed())
+"""
+
+
 @pytest.fixture(scope="module")
 def step() -> dict[str, Any]:
     return run_snippet(TRAINING_STEP)["result"]["step"]
@@ -302,6 +338,29 @@ def test_parameters_with_finalizers_move_to_the_gpu() -> None:
     framework's ``weakref.finalize`` on a parameter must neither block the move nor be lost."""
     result = run_snippet(FINALIZED_PARAMETERS)["result"]
     assert result == {"device": "cuda:0", "gone_while_alive": [], "gone": ["bias", "weight"]}
+
+
+def test_trunc_normal_of_unknown_values_ends() -> None:
+    """Its rejection loop redraws until no sample is out of bounds, which fake floats never
+    reach: drawn once and clamped instead; a small tensor with values runs the real loop."""
+    result = run_snippet(TRUNC_NORMAL)["result"]
+    assert result["kernels"] == ["aten::normal_", "aten::clamp_"]
+    assert result["small_within"] is True
+
+
+def test_a_tensor_of_cuda_scalars_reads_each_like_item() -> None:
+    """``torch.tensor(list of CUDA scalars)`` reads them below the Python key: each is a
+    device-to-host copy and a sync, as ``.item()``, not an error."""
+    result = run_snippet(SCALARS_INTO_TENSOR)["result"]
+    assert result["gathered"] == ["cpu", [1.0, 1.0, 1.0]]
+    assert result["kernels"] == ["Memcpy DtoH"] * 3
+    assert result["syncs"] == 3
+
+
+def test_default_generators_exist_per_gpu_and_keep_the_seed() -> None:
+    result = run_snippet(GENERATORS)["result"]
+    assert result == {"count": 8, "device": "cuda:1", "after_reseed": 99, "restored": 1234,
+                      "graphsafe": 1234}
 
 
 def test_compile_launches_fused_kernels(behaviour: dict[str, Any]) -> None:
