@@ -175,8 +175,8 @@ class SimFakeMode(FakeTensorMode):
             if not self.values.wait(inputs, VALUES_TIMEOUT_S):
                 raise SimulationError(
                     f"the values of a tensor read{plausible.script_line()} did not arrive "
-                    f"within {VALUES_TIMEOUT_S:.0f} s: a collective that produces them never completed "
-                    "on every member (or a member exited before sending them)")
+                    f"within {VALUES_TIMEOUT_S:.0f} s: a collective that produces them never "
+                    "completed on every member (or a member exited before sending them)")
 
     @contextlib.contextmanager
     def kernels_replaced(self) -> Iterator[None]:

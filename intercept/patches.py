@@ -496,8 +496,10 @@ def swap_tensors_forgetting_memo(original: Callable[..., None]) -> Callable[...,
                 memo = t.fake_mode.fake_tensor_converter.tensor_memo
                 for key in [k for k, v in list(memo.items()) if v is t]:
                     del memo[key]
-        registry = weakref.finalize._registry  # type: ignore[attr-defined]
-        detached = [f.detach() for f in list(registry) if _finalizes(f, t1, t2)]
+        detached = []
+        if weakref.getweakrefcount(t1) or weakref.getweakrefcount(t2):  # else nothing to find
+            registry = weakref.finalize._registry  # type: ignore[attr-defined]
+            detached = [f.detach() for f in list(registry) if _finalizes(f, t1, t2)]
         try:
             original(t1, t2)
         finally:

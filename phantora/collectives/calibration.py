@@ -31,11 +31,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from math import ceil
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 from phantora.calibration import collectives as measured
+from phantora.calibration.source import Measured
 from phantora.cluster.topology import LinkKind
 from phantora.collectives.config import Algorithm, Protocol
+
+T = TypeVar("T")
 
 
 def _empty() -> Mapping[Any, Any]:
@@ -99,6 +102,13 @@ class Calibration:
         return ceil(payload / efficiency) if payload else 0
 
 
+def _by_variant(table: Mapping[tuple[str, str], Measured[T]]
+                ) -> Mapping[tuple[Algorithm, Protocol], T]:
+    """A measured table keyed by (algorithm, protocol) names, as the model's enums."""
+    return MappingProxyType({(Algorithm(algorithm), Protocol(protocol)): found.value
+                             for (algorithm, protocol), found in table.items()})
+
+
 DEFAULT_CALIBRATION = Calibration(
     link_efficiency=MappingProxyType({
         LinkKind.NVLINK: measured.LINK_EFFICIENCY[LinkKind.NVLINK.value].value,
@@ -107,15 +117,10 @@ DEFAULT_CALIBRATION = Calibration(
     }),
     cta_gbs=MappingProxyType({Protocol(protocol): value.value
                               for protocol, value in measured.CTA_GBS.items()}),
-    correction=MappingProxyType({(Algorithm(algorithm), Protocol(protocol)): value.value
-                                 for (algorithm, protocol), value in measured.CORRECTION.items()}),
-    chunk_overhead_bytes=MappingProxyType({
-        (Algorithm(algorithm), Protocol(protocol)): value.value
-        for (algorithm, protocol), value in measured.CHUNK_OVERHEAD_BYTES.items()}),
+    correction=_by_variant(measured.CORRECTION),
+    chunk_overhead_bytes=_by_variant(measured.CHUNK_OVERHEAD_BYTES),
     grouped_p2p_duty=measured.GROUPED_P2P_DUTY.value,
-    latency_scale=MappingProxyType({
-        (Algorithm(algorithm), Protocol(protocol)): value.value
-        for (algorithm, protocol), value in measured.LATENCY_SCALE.items()}),
+    latency_scale=_by_variant(measured.LATENCY_SCALE),
 )
 """The calibration phantora uses unless told otherwise: the measured values of
 :mod:`phantora.calibration.collectives`; NVLS's latency stays NCCL's own."""

@@ -38,6 +38,7 @@ from phantora.cluster.topology import Topology
 from phantora.collectives import (
     DEFAULT_CALIBRATION,
     Calibration,
+    CollectiveOp,
     CollectiveRequest,
     FlowDag,
     NcclConfig,
@@ -47,7 +48,7 @@ from phantora.collectives import (
 from phantora.compute import Coverage
 from phantora.engine.dag_runner import FOREVER_NS, DagDone, FlowScheduler
 from phantora.engine.deadlock import deadlock_report
-from phantora.engine.matching import SEND_RECV, CollectiveKey, Matcher, PendingCollective
+from phantora.engine.matching import CollectiveKey, Matcher, PendingCollective
 from phantora.engine.overlap import MEASURED_OVERLAP, OverlapModel
 from phantora.engine.streams import Completion, KernelSpan, RankDevice
 from phantora.errors import DeadlockError, RankCrashed, SimulationError
@@ -90,9 +91,9 @@ class CollectiveRecord:
     @property
     def key(self) -> CollectiveKey:
         """Its matching key (what its flows carry)."""
-        if self.op == SEND_RECV:
-            return CollectiveKey("p2p", self.group, self.ranks[0], self.ranks[1], self.seq)
-        return CollectiveKey("coll", self.group, 0, 0, self.seq)
+        if self.op == CollectiveOp.SEND_RECV:
+            return CollectiveKey.of_p2p(self.group, self.ranks[0], self.ranks[1], self.seq)
+        return CollectiveKey.of_collective(self.group, self.seq)
 
 
 @dataclass(frozen=True, slots=True)

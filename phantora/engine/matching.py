@@ -35,10 +35,6 @@ _ROOTED_OPS = frozenset({IssuedOp.BROADCAST, IssuedOp.REDUCE})
 
 ValuesHandler = Callable[[int, int, "np.ndarray | None"], None]
 """``on_values(rank, value_id, flat values or None)``."""
-SEND_RECV = "send_recv"
-"""What a matched send/recv pair is called in records (each side issued its own op)."""
-
-
 class CollectiveKey(NamedTuple):
     """What matches the members of one collective across ranks: ``("coll", group, 0, 0, seq)``
     or ``("p2p", group, src, dst, seq)``. Its tuple order is also the order in which collectives
@@ -50,6 +46,15 @@ class CollectiveKey(NamedTuple):
     src: int
     dst: int
     seq: int
+
+    @classmethod
+    def of_collective(cls, group: str, seq: int) -> "CollectiveKey":
+        return cls("coll", group, 0, 0, seq)
+
+    @classmethod
+    def of_p2p(cls, group: str, src: int, dst: int, seq: int) -> "CollectiveKey":
+        """The message ``src -> dst``; ``seq`` counts that ordered pair's messages."""
+        return cls("p2p", group, src, dst, seq)
 
 
 @dataclass(eq=False)
@@ -96,7 +101,7 @@ class PendingCollective:
 
     @property
     def op_name(self) -> str:
-        return SEND_RECV if self.p2p else self.first.op
+        return CollectiveOp.SEND_RECV.value if self.p2p else self.first.op
 
     @property
     def nbytes(self) -> int:
@@ -249,7 +254,7 @@ def _shape(rank: int, op: Collective) -> tuple[CollectiveKey, str, tuple[tuple[i
             raise SimulationError(f"rank {rank} issued {op.op} {src} -> {dst} in group "
                                   f"{op.group!r} seq {op.seq}, but it is not the "
                                   f"{'sender' if sends else 'receiver'}")
-        return (CollectiveKey("p2p", op.group, src, dst, op.seq), op.op,
+        return (CollectiveKey.of_p2p(op.group, src, dst, op.seq), op.op,
                 ((src, IssuedOp.SEND), (dst, IssuedOp.RECV)))
     if op.op not in _MODEL_OPS:
         raise SimulationError(f"rank {rank} issued unknown collective op {op.op!r} in group "
@@ -263,7 +268,7 @@ def _shape(rank: int, op: Collective) -> tuple[CollectiveKey, str, tuple[tuple[i
         raise SimulationError(f"rank {rank} issued all_to_allv in group {op.group!r} seq "
                               f"{op.seq} with splits {op.splits}; expected one byte count per "
                               f"group rank ({len(ranks)})")
-    return CollectiveKey("coll", op.group, 0, 0, op.seq), "", tuple((r, "") for r in ranks)
+    return CollectiveKey.of_collective(op.group, op.seq), "", tuple((r, "") for r in ranks)
 
 
 def _signature(op: Collective) -> str:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from phantora.engine.matching import CollectiveKey
 from phantora.errors import ScenarioError
 from wire.messages import Collective, EventRecord, Kernel, Op, RankStats, StreamWait
 from wire.ops import P2P_OPS, IssuedOp
@@ -83,11 +84,13 @@ GPU_OPS = frozenset({"kernel", "event_record", "stream_wait", "collective"})
 events."""
 
 
-def collective_key(record: dict[str, Any]) -> tuple[str, int, tuple[int, ...]]:
-    """How a member's collective record finds the run's collective: ``(group, seq, ranks)``
-    with ranks only for p2p (``send``/``recv`` count per ordered pair)."""
-    p2p = record["kind"] in P2P_OPS
-    return record["group"], record["seq"], tuple(record["ranks"]) if p2p else ()
+def collective_key(record: dict[str, Any]) -> CollectiveKey:
+    """How a member's collective record finds the run's collective (``CollectiveRecord.key``;
+    ``send``/``recv`` count per ordered pair)."""
+    if record["kind"] in P2P_OPS:
+        src, dst = record["ranks"]
+        return CollectiveKey.of_p2p(record["group"], src, dst, record["seq"])
+    return CollectiveKey.of_collective(record["group"], record["seq"])
 
 
 def stats_dict(stats: RankStats) -> dict[str, Any]:

@@ -92,8 +92,7 @@ def write_recording(out_dir: Path, logs: Sequence[RankLog], result: LiveResult,
                     gpu: str, gpus_of_rank: Sequence[int]) -> None:
     """``out_dir/graph``: each rank's records, collectives annotated with what the NCCL
     model chose for them (algorithm, protocol, channels, flows) and when they ran."""
-    chosen = {(r.group, r.seq, r.ranks if r.op == "send_recv" else ()): r
-              for r in result.collectives}
+    chosen = {r.key: r for r in result.collectives}
     for log in logs:
         for record in log.records:
             if record["op"] == "collective":

@@ -130,8 +130,7 @@ def comparison(recording: Recording, replayed: ReplayResult) -> dict[str, Any]:
     """``summary.json``'s ``replay`` section: where the replay differs from the live run."""
     result = replayed.result
     live_ns = int(recording.meta["simulated_ns"])
-    ran = {(r.group, r.seq, r.ranks if r.op == "send_recv" else ()): r
-           for r in result.collectives}
+    ran = {r.key: r for r in result.collectives}
     rechosen = 0
     for records in recording.ranks:
         for record in records:
