@@ -84,6 +84,7 @@ NO_KERNEL_OPS: frozenset[Any] = frozenset({
 
 COLLECTIVE_NAMESPACE = "c10d"
 FUNCTIONAL_COLLECTIVE_NAMESPACE = "_c10d_functional"
+WAIT_TENSOR = torch.ops._c10d_functional.wait_tensor.default
 NO_KERNEL_NAMESPACES = frozenset({"prim", "profiler", FUNCTIONAL_COLLECTIVE_NAMESPACE})
 """Namespaces with no kernels of their own (collectives are the process group's to record)."""
 HOST_DEVICE_COPIES = frozenset({aten._to_copy.default, aten.copy_.default})
@@ -248,6 +249,8 @@ class SimFakeMode(FakeTensorMode):
             if self.on_functional_collective is None:
                 raise SimulationError(f"{func} needs a process group, but none is connected")
             self.on_functional_collective(func, args, kwargs, out)
+            if func is WAIT_TENSOR:
+                return args[0]  # as the real op: its input, where the collective's values arrive
         elif getattr(state, "replaced", False):
             pass  # an op of a compiled graph: intercept.compiled charges the graph's launches
         elif launch is not None:

@@ -42,6 +42,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from types import TracebackType
 
+from intercept.program import Program
 from intercept.rank_main import LaunchSpec, run_rank
 from intercept.runtime import KernelCostModel
 from intercept.value_policy import ValuePolicy
@@ -83,7 +84,8 @@ class LogTail:
 
 
 class Launcher:
-    """Runs ``script`` as ``world_size`` ranks, ``ranks_per_host`` per simulated host.
+    """Runs ``program`` (a script path or a :class:`~intercept.program.Program`) as
+    ``world_size`` ranks, ``ranks_per_host`` per simulated host.
 
     ``env``: the scenario's environment variables (torchrun's own are set on top). ``gpu``:
     the simulated GPU model; ``gpus_per_host`` GPUs are visible per host (default
@@ -95,7 +97,7 @@ class Launcher:
     model (``intercept.value_policy``).
     """
 
-    def __init__(self, script: str | Path, args: Sequence[str], env: Mapping[str, str],
+    def __init__(self, program: str | Path | Program, args: Sequence[str], env: Mapping[str, str],
                  world_size: int, ranks_per_host: int, gpu: GpuSpec, out_dir: str | Path, *,
                  gpus_per_host: int | None = None, fake_device: bool = True,
                  epoch_ns: int | None = None, op_cost_ns: int | None = None,
@@ -108,11 +110,8 @@ class Launcher:
         if gpus_per_host is not None and gpus_per_host < ranks_per_host:
             raise ValueError(f"ranks_per_host ({ranks_per_host}) exceeds gpus_per_host "
                              f"({gpus_per_host}): one rank per GPU")
-        script = Path(script)
-        if not script.is_file():
-            raise FileNotFoundError(f"training script {script} does not exist")
         self.spec = LaunchSpec(
-            script=script.resolve(), args=tuple(args), env=dict(env), world_size=world_size,
+            program=Program.of(program).check(), args=tuple(args), env=dict(env), world_size=world_size,
             ranks_per_host=ranks_per_host, gpu=gpu,
             gpus_per_host=gpus_per_host or ranks_per_host, out_dir=Path(out_dir).resolve(),
             fake_device=fake_device, epoch_ns=time.time_ns() if epoch_ns is None else epoch_ns,

@@ -399,7 +399,10 @@ def handle_functional_collective(func: torch._ops.OpOverload, args: tuple, kwarg
     pg = _functional_group(bound["group_name"])
     outputs = _as_list(out)
     if name in ("all_reduce", "all_reduce_", "all_reduce_coalesced", "all_reduce_coalesced_"):
-        work = pg.allreduce(_as_list(bound.get("input", bound.get("inputs"))))
+        # out-of-place: the reduced values belong in the new outputs, not in the inputs
+        work = pg.issue(IssuedOp.ALL_REDUCE, _nbytes(outputs), outputs[0].element_size(), outputs,
+                        inputs=_as_list(bound.get("input", bound.get("inputs"))),
+                        reduce_op=_REDUCE_OPS.get(str(bound["reduce_op"]).upper(), "unknown"))
     elif name in ("all_gather_into_tensor", "all_gather_into_tensor_out",
                   "all_gather_into_tensor_coalesced"):
         work = pg.all_gather_single_coalesced(

@@ -5,12 +5,13 @@ The fork server (``intercept.launcher``) forks and calls :func:`run_rank`, which
 1. becomes its own process group (so the launcher can kill it with every child it forks, e.g.
    DataLoader workers) and dies with the fork server (``PR_SET_PDEATHSIG``);
 2. sends fds 1 and 2 to ``DIR/ranks/rank<N>.log`` (line-buffered, so the log can be tailed);
-3. sets the environment as torchrun does, ``sys.argv = [script, *args]``, the script's folder
-   first on ``sys.path``;
+3. sets the environment as torchrun does, then the working folder, ``sys.argv`` and
+   ``sys.path[0]`` as the interpreter would for the :class:`~intercept.program.Program` (a script
+   or ``-m module``);
 4. creates the :class:`~intercept.runtime.RankRuntime` (clock, client, heartbeat), enters the
    fake CUDA mode, patches ``time``;
-5. runs the script with ``runpy.run_path(script, run_name="__main__")``; then, as the interpreter
-   would, joins non-daemon threads and runs ``atexit`` handlers;
+5. runs the program as ``__main__`` (``runpy``); then, as the interpreter would, joins
+   non-daemon threads and runs ``atexit`` handlers;
 6. sends the final batch with an :class:`~wire.messages.Exit` (status and, if the script
    raised, the traceback it also prints to stderr) and leaves with ``os._exit``.
 """
@@ -34,6 +35,7 @@ from intercept.client import CoordinatorClient
 from intercept.clock import VirtualClock, patched_time
 from intercept.host_cost import table_for
 from intercept.host_speed import host_speed_for
+from intercept.program import Program
 from intercept.residual import ResidualSmoother
 from intercept.runtime import KernelCostModel, RankRuntime
 from intercept.value_policy import ValuePolicy
@@ -48,7 +50,7 @@ _PR_SET_PDEATHSIG = 1
 class LaunchSpec:
     """Everything a rank needs to start; built by the launcher, sent to the fork server."""
 
-    script: Path
+    program: Program
     args: tuple[str, ...]
     env: dict[str, str]
     """The scenario's variables, applied before torchrun's own."""
@@ -145,9 +147,7 @@ def _run(spec: LaunchSpec, rank: int, kernel_cost: KernelCostModel) -> int:
     """Set up the rank, run the script, send the Exit; returns the exit status."""
     os.environ.update(spec.env)
     os.environ.update(spec.rank_env(rank))
-    script = spec.script.resolve()
-    sys.argv = [str(script), *spec.args]
-    sys.path[0] = str(script.parent)  # was "" (the fork server runs with -c), as python script.py
+    spec.program.enter(spec.args)
     atexit._clear()  # the fork server's handlers are not the script's
 
     # Measured before the clock starts: the benchmark's CPU time is not the script's.
@@ -166,7 +166,7 @@ def _run(spec: LaunchSpec, rank: int, kernel_cost: KernelCostModel) -> int:
     runtime.make_current()
     client.start()
     with patched_time(clock):
-        status, trace = _run_guarded(lambda: _enter_and_run(spec, str(script)))
+        status, trace = _run_guarded(lambda: _enter_and_run(spec))
         for thread in threading.enumerate():
             if not thread.daemon and thread is not threading.current_thread():
                 thread.join()
@@ -203,7 +203,7 @@ def _peak_memory_bytes(spec: LaunchSpec, device: int) -> tuple[int, int]:
             int(torch.cuda.max_memory_reserved(device)))
 
 
-def _enter_and_run(spec: LaunchSpec, script: str) -> None:
+def _enter_and_run(spec: LaunchSpec) -> None:
     if spec.fake_device:
         from intercept import device, process_group
         device.enter_fake_mode(
@@ -214,7 +214,7 @@ def _enter_and_run(spec: LaunchSpec, script: str) -> None:
             from torch.optim.optimizer import register_optimizer_step_post_hook
 
             register_optimizer_step_post_hook(lambda *_: runtime.step_done())
-    runpy.run_path(script, run_name="__main__")
+    spec.program.run()
 
 
 def _run_guarded(main: Callable[[], object]) -> tuple[int, str]:
@@ -242,9 +242,9 @@ def _exit_status(code: object) -> int:
 
 
 def _user_frames(tb: TracebackType | None) -> TracebackType | None:
-    """Drop the leading frames of this module and ``runpy``: the traceback starts in the script,
-    as it would under ``python script.py``."""
-    ours = {__name__, runpy.__name__}
+    """Drop the leading frames of this module, ``intercept.program`` and ``runpy``: the traceback
+    starts in the script, as it would under ``python script.py``."""
+    ours = {__name__, Program.__module__, runpy.__name__}
     while tb is not None and tb.tb_frame.f_globals.get("__name__") in ours:
         tb = tb.tb_next
     return tb

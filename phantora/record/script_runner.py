@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from intercept.launcher import Launcher
+from intercept.program import Program
 from intercept.value_policy import Routing, ValuePolicy
 from phantora.cluster.catalogue import GpuSpec
 from phantora.cluster.topology import Topology
@@ -34,6 +35,13 @@ def gpus_of_ranks(workload: ScriptWorkload, gpus_per_host: int) -> list[int]:
             for rank in range(workload.world_size)]
 
 
+def program_of(workload: ScriptWorkload) -> Program:
+    """What every rank runs: the workload's script or module, in its working folder."""
+    return Program(script=None if workload.script is None else Path(workload.script),
+                   module=workload.module,
+                   workdir=None if workload.workdir is None else Path(workload.workdir))
+
+
 def run_script(workload: ScriptWorkload, simulation: SimulationConfig, topology: Topology,
                gpu: GpuSpec, nccl: NcclConfig, backend: NetworkBackend, out_dir: Path,
                echo: Callable[[str], None], seed: int = 0) -> tuple[LiveResult, Coverage]:
@@ -41,7 +49,7 @@ def run_script(workload: ScriptWorkload, simulation: SimulationConfig, topology:
     execution graph to ``out_dir/graph`` (:mod:`.recorder`); raises DeadlockError /
     RankCrashed."""
     coverage = Coverage(gpu)
-    launcher = Launcher(workload.script, workload.args, workload.env, workload.world_size,
+    launcher = Launcher(program_of(workload), workload.args, workload.env, workload.world_size,
                         workload.nproc_per_node, gpu, out_dir,
                         gpus_per_host=topology.gpus_per_host,
                         epoch_ns=REPRODUCIBLE_EPOCH_NS if simulation.reproducible else None,

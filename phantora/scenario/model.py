@@ -132,11 +132,16 @@ class CollectivesWorkload(_Resolved):
 
 
 class ScriptWorkload(_Resolved):
-    """A live training script, one process per rank, launched like torchrun."""
+    """A live training program (a script or a module), one process per rank, launched like
+    torchrun."""
 
     kind: Literal["script"] = "script"
-    script: str
-    """Absolute path of the script."""
+    script: str | None
+    """Absolute path of the script; ``None`` when a module runs."""
+    module: str | None = None
+    """The module run as ``-m``, instead of a script."""
+    workdir: str | None = None
+    """Absolute path of the folder the ranks run in; ``None``: the current one."""
     args: tuple[str, ...]
     nproc_per_node: int
     """Ranks per host; rank ``r`` runs on host ``r // nproc_per_node``, local GPU

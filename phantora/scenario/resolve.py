@@ -6,6 +6,7 @@ collected, not raised one at a time, so a user fixes a file in one pass; each me
 every factor that went into it.
 """
 
+import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from math import ceil
@@ -377,26 +378,39 @@ def _routing(text: str, source: str, problems: list[Problem]) -> str:
 def _workload(spec: ScenarioSpec, gpu: GpuSpec, source: str,
               problems: list[Problem]) -> CollectivesWorkload | ScriptWorkload | None:
     workload = spec.workload
-    if workload.collectives is not None and workload.script is not None:
-        problems.append(("workload", "has both collectives and script; keep one (a scenario "
-                                     "runs either a collectives sweep or a training script)"))
+    given = [key for key in ("collectives", "script", "module") if getattr(workload, key)]
+    if len(given) > 1:
+        problems.append(("workload", f"has {' and '.join(given)}; keep one (a scenario runs "
+                                     "either a collectives sweep or a training script or "
+                                     "module)"))
         return None
-    if workload.script is not None:
+    if workload.script is not None or workload.module is not None:
         return _script(spec, source, problems)
-    if workload.args or workload.nproc_per_node is not None or workload.env:
-        problems.append(("workload", "args, nproc_per_node and env go with workload.script; "
-                                     "add the script or remove them"))
+    if (workload.args or workload.nproc_per_node is not None or workload.env
+            or workload.workdir is not None):
+        problems.append(("workload", "args, nproc_per_node, env and workdir go with "
+                                     "workload.script or workload.module; add one or remove "
+                                     "them"))
         return None
     return _collectives(spec, gpu, problems)
 
 
 def _script(spec: ScenarioSpec, source: str, problems: list[Problem]) -> ScriptWorkload | None:
     workload, cluster = spec.workload, spec.cluster
-    assert workload.script is not None
-    path = Path(source).resolve().parent / workload.script
-    if not path.is_file():
-        problems.append(("workload.script", f'got "{workload.script}"; no such file at {path} '
+    folder = Path(source).resolve().parent
+    before = len(problems)
+    script = None if workload.script is None else folder / workload.script
+    if script is not None and not script.is_file():
+        problems.append(("workload.script", f'got "{workload.script}"; no such file at {script} '
                                             "(paths are relative to the scenario file's folder)"))
+    if workload.module is not None:
+        _check_module(workload.module, problems)
+    workdir = None if workload.workdir is None else folder / workload.workdir
+    if workdir is not None and not workdir.is_dir():
+        problems.append(("workload.workdir", f'got "{workload.workdir}"; no such folder at '
+                                             f"{workdir} (paths are relative to the scenario "
+                                             "file's folder)"))
+    if len(problems) > before:
         return None
     nproc = _given(workload.nproc_per_node, cluster.gpus_per_host)
     if nproc > cluster.gpus_per_host:
@@ -407,8 +421,30 @@ def _script(spec: ScenarioSpec, source: str, problems: list[Problem]) -> ScriptW
                          f"{cluster.gpus_per_host * cluster.hosts} GPUs; "
                          f"set nproc_per_node: {cluster.gpus_per_host}"))
         return None
-    return ScriptWorkload(script=str(path), args=tuple(workload.args), nproc_per_node=nproc,
+    return ScriptWorkload(script=None if script is None else str(script), module=workload.module,
+                          workdir=None if workdir is None else str(workdir),
+                          args=tuple(workload.args), nproc_per_node=nproc,
                           world_size=nproc * cluster.hosts, env=dict(workload.env))
+
+
+FRAMEWORK_EXTRA = {"torchtitan": "frameworks", "deepspeed": "frameworks", "megatron": "frameworks"}
+"""Top-level packages of a module entry point that one of phantora-ns3's extras installs."""
+
+
+def _check_module(module: str, problems: list[Problem]) -> None:
+    """The module's top-level package must be installed. Only that one is looked up: finding a
+    submodule would import its package (for a framework, seconds), and a rank reports any
+    later import error in its log."""
+    top = module.split(".")[0]
+    if not all(part.isidentifier() for part in module.split(".")):
+        problems.append(("workload.module", f'got "{module}"; not a dotted module name '
+                                            "(e.g. torchtitan.train)"))
+    elif importlib.util.find_spec(top) is None:
+        extra = FRAMEWORK_EXTRA.get(top)
+        hint = (f'pip install -e ".[{extra}]" installs it' if extra
+                else "install it in the environment phantora-ns3 runs in")
+        problems.append(("workload.module", f'got "{module}"; no package "{top}" is installed '
+                                            f"({hint})"))
 
 
 def _collectives(spec: ScenarioSpec, gpu: GpuSpec,

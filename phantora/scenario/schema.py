@@ -365,15 +365,22 @@ class CollectivesSpec(_Section):
 
 
 class WorkloadSpec(_Section):
-    """``workload``: what to run, exactly one of collectives or script."""
+    """``workload``: what to run, exactly one of collectives, script or module."""
 
     collectives: CollectivesSpec | None = None
     """Collective operations alone, like nccl-tests."""
     script: Annotated[str, MinLen(1)] | None = None
     """A live training script, run unmodified as torchrun would; path relative to the
     scenario file's folder."""
+    module: Annotated[str, MinLen(1)] | None = None
+    """Instead of a script, an installed module run as ``torchrun -m`` would (a framework's own
+    entry point, e.g. ``torchtitan.train``)."""
+    workdir: Annotated[str, MinLen(1)] | None = None
+    """The folder every rank runs in, relative to the scenario file's folder (relative paths in
+    the program's arguments and config files resolve against it); default the folder
+    phantora-ns3 was started in, as torchrun."""
     args: list[str] = []
-    """The script's command-line arguments (``sys.argv[1:]``)."""
+    """The program's command-line arguments (``sys.argv[1:]``)."""
     nproc_per_node: Annotated[int, Field(ge=1, le=16)] | None = None
     """Ranks per host, as torchrun's; default cluster.gpus_per_host."""
     env: dict[str, Annotated[str, BeforeValidator(_env_value)]] = {}
@@ -430,7 +437,8 @@ class ScenarioSpec(_Section):
     nccl: NcclSpec = NcclSpec()
     """NCCL overrides: algorithm, protocol, channels, nvls."""
     workload: WorkloadSpec
-    """What to run: workload.collectives (a sweep) or workload.script (a training script)."""
+    """What to run: workload.collectives (a sweep), or a training program: workload.script or
+    workload.module."""
     simulation: SimulationSpec = SimulationSpec()
     """Timing and values of live scripts: reproducible, cpu_time_per_op, host_cpu,
     overlap_slowdown, routing, unknown_shapes, cpus."""

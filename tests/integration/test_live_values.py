@@ -19,6 +19,10 @@ out["all_reduce_sum"] = t.tolist()
 m = torch.tensor([rank], device="cuda")
 dist.all_reduce(m, op=dist.ReduceOp.MAX)
 out["all_reduce_max"] = m.item()
+import torch.distributed._functional_collectives as funcol
+tokens = torch.tensor(3 + rank, device="cuda")
+out["functional_all_reduce"] = funcol.all_reduce(tokens, "sum", dist.group.WORLD).item()
+out["functional_input_after"] = tokens.item()
 gathered = [torch.zeros(1, dtype=torch.long, device="cuda") for _ in range(world)]
 dist.all_gather(gathered, torch.tensor([rank * 7], device="cuda"))
 out["all_gather"] = [g.item() for g in gathered]
@@ -67,6 +71,9 @@ def test_reductions_and_gathers_carry_values(values: list[dict]) -> None:
         assert found["all_reduce_max"] == 1
         assert found["all_gather"] == [0, 7]
         assert found["cpu_all_reduce"] == [11]
+        # out of place (TorchTitan's token count): the sum lands in the result, the input keeps
+        assert found["functional_all_reduce"] == 7
+    assert [v["functional_input_after"] for v in values] == [3, 4]
 
 
 def test_all_to_all_and_ops_queued_on_its_output(values: list[dict]) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from intercept.launcher import Launcher, LogTail
+from intercept.program import Program
 from phantora.cluster.catalogue import lookup_gpu
 from wire.control import RankExit
 from wire.messages import Batch, Collective, Reply
@@ -110,6 +111,41 @@ def test_ranks_run_as_under_torchrun_and_report_their_exit(tmp_path: Path) -> No
     assert "runpy" not in traceback and "rank_main" not in traceback
     assert traceback in launcher.log_path(1).read_text()  # printed as the interpreter would
     assert all(gone(pid) for pid in launcher.pids.values())
+
+
+def test_a_module_runs_as_under_python_m_in_its_working_folder(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    (work / "trainer").mkdir(parents=True)
+    (work / "trainer" / "__init__.py").write_text("")
+    write_script(work / "trainer", """
+        import os, sys
+        print("cwd", os.getcwd(), "argv0", sys.argv[0], "args", sys.argv[1:])
+        print("config", open("config.toml").read())  # relative to the working folder
+        raise RuntimeError("stop")
+    """, "train.py")
+    (work / "config.toml").write_text("steps = 3")
+    program = Program(module="trainer.train", workdir=work)
+    with Launcher(program, ["--steps", "3"], {}, 1, 1, H100, tmp_path / "out",
+                  fake_device=False) as launcher:
+        batches = drain(launcher)
+        wait_exits(launcher, 1)
+    log = launcher.log_path(0).read_text()
+    assert f"cwd {work} argv0 {work / 'trainer' / 'train.py'} args ['--steps', '3']" in log
+    assert "config steps = 3" in log
+    traceback = batches[0][-1].exit.traceback
+    assert traceback.startswith("Traceback (most recent call last):\n")
+    assert "runpy" not in traceback and "intercept" not in traceback
+    assert traceback.rstrip().endswith("RuntimeError: stop")
+
+
+def test_a_program_that_is_not_there_is_refused_before_any_rank_starts(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="training script .* does not exist"):
+        Launcher(tmp_path / "missing.py", [], {}, 1, 1, H100, tmp_path)
+    with pytest.raises(FileNotFoundError, match="working folder .* does not exist"):
+        Launcher(Program(module="json.tool", workdir=tmp_path / "nowhere"), [], {}, 1, 1, H100,
+                 tmp_path)
+    with pytest.raises(ValueError, match="exactly one"):
+        Program(script=tmp_path / "train.py", module="json.tool")
 
 
 def test_sys_exit_codes_and_messages(tmp_path: Path) -> None:

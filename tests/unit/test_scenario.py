@@ -294,6 +294,15 @@ def test_k_too_small_shows_every_factor() -> None:
      "seed: got -1; expected an integer from 0 to 4294967295"),
     (scenario({"gpu": "h100"}, {"script": "no_such_train.py"}),
      'workload.script: got "no_such_train.py"; no such file at '),
+    (scenario({"gpu": "h100"}, {"module": "no_such_framework.train"}),
+     'workload.module: got "no_such_framework.train"; no package "no_such_framework" is '
+     "installed (install it in the environment phantora-ns3 runs in)"),
+    (scenario({"gpu": "h100"}, {"module": "torchtitan/train.py"}),
+     'workload.module: got "torchtitan/train.py"; not a dotted module name '),
+    (scenario({"gpu": "h100"}, {"module": "json.tool", "script": "train.py"}),
+     "workload: has script and module; keep one"),
+    (scenario({"gpu": "h100"}, {"module": "json.tool", "workdir": "no_such_folder"}),
+     'workload.workdir: got "no_such_folder"; no such folder at '),
     (scenario({"gpu": "h100"}, {"collectives": {"ops": [], "sizes": [1024]}}),
      "workload.collectives.ops: got []; expected a non-empty list"),
     (scenario({"gpu": "h100"}, {"collectives": {"ops": ["allgather"], "sizes": [1024]}}),
@@ -625,7 +634,7 @@ def test_too_many_processes_per_node_shows_every_factor(tmp_path: Path) -> None:
 
 def test_script_and_collectives_together_are_rejected(tmp_path: Path) -> None:
     data = _script_scenario(tmp_path, collectives={"ops": ["all_reduce"], "sizes": [1024]})
-    with pytest.raises(ScenarioError, match="has both collectives and script; keep one"):
+    with pytest.raises(ScenarioError, match="has collectives and script; keep one"):
         parse_scenario(data, str(tmp_path / "s.yaml"))
 
 
