@@ -86,6 +86,9 @@ _process_time_ns = time.process_time_ns
 _clock_gettime_ns = time.clock_gettime_ns
 _pthread_getcpuclockid = time.pthread_getcpuclockid
 _real_sleep = time.sleep
+POLL_SLEEP_MAX_S = 0.1
+"""Main-thread sleeps up to this long also sleep for real (polls); longer ones are deliberate
+waits and pass in virtual time only (see ``_time_functions``)."""
 
 
 class ExcludedCpu(Protocol):
@@ -413,11 +416,16 @@ def _time_functions(clock: VirtualClock) -> dict[str, Callable[..., object]]:
     def sleep(secs: float) -> None:
         # Only the script's main thread sleeps in virtual time: a background thread that polls
         # with sleep() would otherwise spin and push the whole rank's clock forward, and a forked
-        # child (a DataLoader worker) is not the rank.
+        # child (a DataLoader worker) is not the rank. A short sleep of the main thread is a
+        # poll, mostly for something outside the simulation (a file lock another rank holds
+        # while it builds a dataset cache), so it also sleeps for real: the polls then move
+        # the clock about as far as the wait lasts, not once per spin.
         if secs < 0:
             raise ValueError("sleep length must be non-negative")
         if threading.current_thread() is threading.main_thread() and os.getpid() == owner_pid:
             clock.charge(round(secs * _NS_PER_S))
+            if secs <= POLL_SLEEP_MAX_S:
+                _real_sleep(secs)
         else:
             _real_sleep(secs)
 
@@ -428,8 +436,8 @@ def _time_functions(clock: VirtualClock) -> dict[str, Callable[..., object]]:
 @contextmanager
 def patched_time(clock: VirtualClock) -> Iterator[None]:
     """While inside, ``time.perf_counter[_ns]``, ``time.monotonic[_ns]`` and ``time.time[_ns]``
-    read ``clock`` (``time`` = epoch + virtual time) and ``time.sleep`` advances it without
-    sleeping. Code that bound a function earlier (``from time import perf_counter``) keeps the
+    read ``clock`` (``time`` = epoch + virtual time) and ``time.sleep`` advances it (sleeping
+    for real too when it is a short poll, up to :data:`POLL_SLEEP_MAX_S`). Code that bound a function earlier (``from time import perf_counter``) keeps the
     real one: the standard library's own timeouts (threading, queue) stay real on purpose.
     """
     replacements = _time_functions(clock)

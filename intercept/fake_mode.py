@@ -135,6 +135,12 @@ class SimFakeMode(FakeTensorMode):
         self._current_stream = shim.library().fakecuda_current_stream
         self._names: dict[Any, str] = {}
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> "SimFakeMode":
+        # A deep copy of a fake tensor (copy.deepcopy of a model, as TorchTitan's pipeline split
+        # does) stays in the rank's one mode: the mode holds the rank's runtime, locks and
+        # value store, which are not the tensor's to copy.
+        return self
+
     @property
     def avoid_device_init(self) -> bool:
         # torch.cuda.is_available() is patched to True, which would make FakeTensorMode

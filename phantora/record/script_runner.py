@@ -35,6 +35,10 @@ def gpus_of_ranks(workload: ScriptWorkload, gpus_per_host: int) -> list[int]:
             for rank in range(workload.world_size)]
 
 
+OUT_PLACEHOLDER = "{out}"
+"""Stands for the run's output folder in a program's arguments."""
+
+
 def program_of(workload: ScriptWorkload) -> Program:
     """What every rank runs: the workload's script or module, in its working folder."""
     return Program(script=None if workload.script is None else Path(workload.script),
@@ -49,7 +53,8 @@ def run_script(workload: ScriptWorkload, simulation: SimulationConfig, topology:
     execution graph to ``out_dir/graph`` (:mod:`.recorder`); raises DeadlockError /
     RankCrashed."""
     coverage = Coverage(gpu)
-    launcher = Launcher(program_of(workload), workload.args, workload.env, workload.world_size,
+    args = [arg.replace(OUT_PLACEHOLDER, str(out_dir)) for arg in workload.args]
+    launcher = Launcher(program_of(workload), args, workload.env, workload.world_size,
                         workload.nproc_per_node, gpu, out_dir,
                         gpus_per_host=topology.gpus_per_host,
                         epoch_ns=REPRODUCIBLE_EPOCH_NS if simulation.reproducible else None,

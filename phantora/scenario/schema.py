@@ -380,7 +380,8 @@ class WorkloadSpec(_Section):
     the program's arguments and config files resolve against it); default the folder
     phantora-ns3 was started in, as torchrun."""
     args: list[str] = []
-    """The program's command-line arguments (``sys.argv[1:]``)."""
+    """The program's command-line arguments (``sys.argv[1:]``); ``{out}`` in one becomes the
+    run's output folder (where a framework should write its own logs and dumps)."""
     nproc_per_node: Annotated[int, Field(ge=1, le=16)] | None = None
     """Ranks per host, as torchrun's; default cluster.gpus_per_host."""
     env: dict[str, Annotated[str, BeforeValidator(_env_value)]] = {}

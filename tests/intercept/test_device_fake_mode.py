@@ -224,6 +224,20 @@ result["syncs"] = sum(c[0] == "sync" for c in runtime.calls[calls:])
 """
 
 
+DEEP_COPIES = """
+import copy
+import torch.nn as nn
+with torch.device("meta"):  # TorchTitan builds on meta, then copies per pipeline stage
+    whole = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 4))
+stage = copy.deepcopy(whole)
+on_gpu = nn.Linear(8, 8).cuda()
+twin = copy.deepcopy(on_gpu)
+result.update(meta=[str(p.device) for p in stage.parameters()],
+              gpu=[str(p.device) for p in twin.parameters()],
+              same_mode=twin.weight.fake_mode is on_gpu.weight.fake_mode,
+              shared=twin.weight.untyped_storage() is on_gpu.weight.untyped_storage())
+"""
+
 GENERATORS = """
 generators = torch.cuda.default_generators  # Megatron's RNG tracker uses them directly
 g = generators[1]
@@ -355,6 +369,12 @@ def test_a_tensor_of_cuda_scalars_reads_each_like_item() -> None:
     assert result["gathered"] == ["cpu", [1.0, 1.0, 1.0]]
     assert result["kernels"] == ["Memcpy DtoH"] * 3
     assert result["syncs"] == 3
+
+
+def test_deep_copies_of_fake_models_stay_in_the_rank_mode() -> None:
+    result = run_snippet(DEEP_COPIES)["result"]
+    assert result == {"meta": ["meta"] * 4, "gpu": ["cuda:0"] * 2, "same_mode": True,
+                      "shared": False}
 
 
 def test_default_generators_exist_per_gpu_and_keep_the_seed() -> None:

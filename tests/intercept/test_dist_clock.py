@@ -150,6 +150,19 @@ def test_time_functions_read_virtual_time_and_are_restored() -> None:
     assert time.perf_counter() < 10**7  # the real clock again, not epoch-sized
 
 
+def test_a_short_sleep_is_a_poll_that_also_waits_for_real() -> None:
+    """Polls of a file lock another rank holds must not spin the clock forward: each waits."""
+    clock = VirtualClock(epoch_ns=0, op_cost_ns=0)
+    real_monotonic = time.monotonic
+    with patched_time(clock):
+        wall_before = real_monotonic()
+        for _ in range(4):
+            time.sleep(0.02)
+        wall_s = real_monotonic() - wall_before
+    assert wall_s >= 0.08
+    assert clock.now_ns() >= 80_000_000
+
+
 def test_sleep_in_a_background_thread_is_real_and_leaves_the_clock_alone() -> None:
     clock = VirtualClock(epoch_ns=0, op_cost_ns=0)
     real_monotonic = time.monotonic
