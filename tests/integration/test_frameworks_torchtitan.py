@@ -41,7 +41,7 @@ def assert_trained(summary: dict, logs: list[str], logging_ranks: list[int]) -> 
         steps = [(int(s), int(t.replace(",", ""))) for s, t in STEP.findall(logs[rank])]
         assert [s for s, _ in steps] == list(range(1, STEPS + 1)), logs[rank][-2000:]
         assert all(tps > 0 for _, tps in steps)
-    assert "Training completed" in logs[logging_ranks[0]]
+    assert "Training completed" in logs[0]
     assert not any("the simulator does not know" in log for log in logs), \
         "a value TorchTitan steers by was read as a placeholder"
     coverage = summary["compute_coverage"]
@@ -73,7 +73,7 @@ def test_pipeline_1f1b_sends_activations_between_stages(run_cli: Callable,
     summary, logs = run(run_cli, "h100x2-torchtitan-llama3-pp-1f1b", tmp_path)
     assert_trained(summary, logs, [1])  # TorchTitan logs the loss on the last stage
     for ops in ops_by_rank(summary, tmp_path).values():
-        assert "send_recv" in ops
+        assert {"send", "recv"} <= ops  # activations forward, gradients back
 
 
 @pytest.mark.slow
