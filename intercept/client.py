@@ -15,6 +15,10 @@ heartbeat thread) is excluded from virtual time.
 Once started, a receiver thread reads everything the coordinator sends: replies go to the
 waiting sync, :class:`~wire.messages.ValueDelivery` messages to the value sink at once
 (values flow outside virtual time, so a rank's deferred values resolve while it runs on).
+The :class:`~wire.messages.ValueUpdate` of a collective sent with pending inputs always
+follows that collective's batch: values can be computed (by the receiver thread) while the
+collective still waits in the buffer, or before it is even added, and the coordinator would
+not know what they complete.
 """
 
 import os
@@ -57,6 +61,12 @@ class CoordinatorClient:
         self._ops: list[Op] = []
         self._promised_ns = 0
         """``clock_ns`` of the last batch sent (the coordinator starts every rank at 0)."""
+        self._buffered_pending: list[int] = []
+        """Value ids of buffered collectives whose inputs are pending."""
+        self._owed_updates: set[int] = set()
+        """Value ids of sent collectives whose :class:`ValueUpdate` has not gone out yet."""
+        self._held_updates: dict[int, np.ndarray | None] = {}
+        """Updates whose collective has not been sent yet: they go right after its batch."""
         self._blocked = False
         self._closed = False
         self._pid = os.getpid()
@@ -79,8 +89,12 @@ class CoordinatorClient:
 
     def send_values(self, value_id: int, data: np.ndarray | None) -> None:
         """A :class:`ValueUpdate`: final inputs of a collective sent as pending (any thread,
-        also while blocked: it promises nothing)."""
+        also while blocked: it promises nothing). Held until the collective has been sent."""
         with self._clock.excluded(), self._lock:  # also after the Exit: values may follow it
+            if value_id not in self._owed_updates:
+                self._held_updates[value_id] = data
+                return
+            self._owed_updates.remove(value_id)
             try:
                 self._conn.send(ValueUpdate(value_id, data))
             except OSError:
@@ -94,6 +108,9 @@ class CoordinatorClient:
             self._check_usable()
             op = op_type(at_ns=self._clock.now_ns(), **fields)
             self._ops.append(op)
+            values = fields.get("values")
+            if values is not None and values.pending:
+                self._buffered_pending.append(values.value_id)
             if len(self._ops) >= self._max_buffered_ops:
                 self._send(Batch(self._clock.now_ns(), self._take_ops()))
         return op
@@ -193,9 +210,16 @@ class CoordinatorClient:
         return ops
 
     def _send(self, batch: Batch) -> None:
-        """Send with the lock held; records the promise."""
+        """Send with the lock held (``batch`` holds every buffered op); records the promise.
+        Updates already computed for the batch's pending collectives follow it."""
         self._conn.send(batch)
         self._promised_ns = batch.clock_ns
+        for value_id in self._buffered_pending:
+            if value_id in self._held_updates:
+                self._conn.send(ValueUpdate(value_id, self._held_updates.pop(value_id)))
+            else:
+                self._owed_updates.add(value_id)
+        self._buffered_pending.clear()
 
     def _check_usable(self) -> None:
         if self._closed:

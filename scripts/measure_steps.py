@@ -82,14 +82,18 @@ class Run:
     script: str
     args: tuple[str, ...]
     nproc: int = 1
+    env: tuple[tuple[str, str], ...] = ()
+    """Variables the script needs (Megatron's CUDA_DEVICE_MAX_CONNECTIONS): the command sets
+    them through ``env``, so the logged command line carries them."""
 
     def command(self) -> list[str]:
         path = str(EXAMPLES / self.script)
+        prefix = ["env", *(f"{key}={value}" for key, value in self.env)] if self.env else []
         if self.name.startswith(PROFILE_PREFIX):
-            return [sys.executable, __file__, "profile-script", path, *self.args]
+            return [*prefix, sys.executable, __file__, "profile-script", path, *self.args]
         if self.nproc == 1:
-            return [sys.executable, path, *self.args]
-        return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            return [*prefix, sys.executable, path, *self.args]
+        return [*prefix, sys.executable, "-m", "torch.distributed.run", "--standalone",
                 "--nproc_per_node", str(self.nproc), path, *self.args]
 
 
@@ -144,6 +148,12 @@ def scenario_run(scenario: str) -> Run:
                nproc=int(workload.get("nproc_per_node", 1)))
 
 
+MEGATRON_GPT2_124M = ("--num-layers", "12", "--hidden-size", "768", "--num-attention-heads", "12",
+                      "--vocab-size", "50304", "--seq-len", "1024")
+"""GPT-2 124M's shape in megatron_gpt.py's flags (its heads split 2, 3, 4, 6 or 12 ways)."""
+MEGATRON_ENV = (("CUDA_DEVICE_MAX_CONNECTIONS", "1"),)
+"""Megatron asks for one hardware queue, so that its communication kernels run in issue order."""
+
 TP_MODELS = (("gpt2-124m", 12), ("gpt2-350m", 16))
 """GPT-2 presets the tensor-parallel suite may use and their head counts (``gpt_tp.py``'s plan
 is GPT-2's only)."""
@@ -161,8 +171,9 @@ def tp_model(nproc: int) -> str | None:
 
 def suite(name: str, nproc: int = DEFAULT_DIST_NPROC) -> list[Run]:
     """Runs of a suite: ``single``, ``llama``, ``families`` (one GPU: compiled LMs beside
-    their eager selves, ResNet-50, ViT-B/16, a mixture of experts), ``dist``, ``dist-more``
-    (``nproc`` GPUs, torchrun) or ``profile`` (one GPU, under the profiler)."""
+    their eager selves, ResNet-50, ViT-B/16, a mixture of experts), ``dist``, ``dist-more``,
+    ``frameworks`` (``nproc`` GPUs, torchrun; DeepSpeed and Megatron-core installed) or
+    ``profile`` (one GPU, under the profiler)."""
     if name == "single":
         return [Run("gpt2-124m-b8", "gpt_single.py", (*GPT2_124M, "--batch-size", "8")),
                 Run("gpt2-124m-b16", "gpt_single.py", (*GPT2_124M, "--batch-size", "16")),
@@ -223,6 +234,19 @@ def suite(name: str, nproc: int = DEFAULT_DIST_NPROC) -> list[Run]:
                     (*gpt2, "--compile", "--compile-mode", "reduce-overhead")),
                 Run("resnet50-b64-compile", "vision_single.py",
                     ("--model", "resnet50", "--batch-size", "64", *vision, "--compile"))]
+    if name == "frameworks":
+        # DeepSpeed's ZeRO stages and Megatron-core's tensor parallel (with and without sequence
+        # parallel) on GPT-2 124M, through each framework's own training pieces
+        gpt2 = ("--model", "gpt2-124m", *GPT2_124M[2:], "--batch-size", "8")
+        runs = [Run(f"deepspeed-zero{stage}-gpt2-124m-b8", "deepspeed_gpt.py",
+                    (*gpt2, "--zero-stage", str(stage)), nproc=nproc) for stage in (1, 2, 3)]
+        if 12 % nproc == 0:
+            megatron = ("--tp", str(nproc), *MEGATRON_GPT2_124M, "--batch-size", "8",
+                        "--steps", "10")
+            runs += [Run(f"megatron-tp{nproc}{suffix}-gpt2-124m-b8", "megatron_gpt.py",
+                         (*megatron, *flags), nproc=nproc, env=MEGATRON_ENV)
+                     for suffix, flags in (("", ()), ("-sp", ("--sequence-parallel",)))]
+        return runs
     if name == "profile":
         return [Run(f"{PROFILE_PREFIX}llama-1b-b4", "gpt_single.py",
                     ("--model", "llama-1b", *LLAMA_SEQ_2048[:2], "--steps", "4",

@@ -155,23 +155,26 @@ def cluster_of(machine: str) -> dict[str, Any]:
     return {"gpu": match["gpu"], "hosts": 1, "gpus_per_host": int(match["gpus"])}
 
 
-def invocation(command: str) -> tuple[str, list[str], int]:
-    """(script file name, its arguments, processes) of a ``=== RUN`` command line."""
+def invocation(command: str) -> tuple[str, list[str], int, dict[str, str]]:
+    """(script file name, its arguments, processes, variables set by a leading ``env``) of a
+    ``=== RUN`` command line."""
     words = shlex.split(command)
     script_at = next(i for i, word in enumerate(words) if word.endswith(".py")
                      and Path(word).parent.name == "examples")
     nproc = int(words[words.index("--nproc_per_node") + 1]) if "--nproc_per_node" in words else 1
-    return Path(words[script_at]).name, words[script_at + 1:], nproc
+    env = dict(word.split("=", 1) for word in words[1:script_at] if "=" in word) \
+        if words[0] == "env" else {}
+    return Path(words[script_at]).name, words[script_at + 1:], nproc, env
 
 
 def measured_scenario(machine: str, run_name: str, command: str) -> dict[str, Any]:
     """The scenario that reruns a measured command on simulated GPUs of the machine's kind."""
-    script, args, nproc = invocation(command)
+    script, args, nproc, env = invocation(command)
     return {"name": f"{machine}-{run_name}",
             "cluster": cluster_of(machine),
             "workload": {"script": f"{EXAMPLES_FROM_SCENARIOS}/{script}",
                          "args": measure_steps.with_steps(args, SIMULATED_STEPS),
-                         "nproc_per_node": nproc, "env": dict(SCENARIO_ENV)}}
+                         "nproc_per_node": nproc, "env": {**SCENARIO_ENV, **env}}}
 
 
 def measured_cases(root: Path = STEPS_DIR) -> list[Case]:

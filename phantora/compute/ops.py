@@ -13,10 +13,11 @@ MEMORY_BOUND_OPS: frozenset[str] = frozenset({
     "clamp_max", "clamp_min", "div", "eq", "exp", "fill", "ge", "gelu", "gelu_backward", "gt",
     "isinf", "isnan", "le", "lerp", "log", "logical_and", "logical_not", "logical_or", "lt",
     "masked_fill", "maximum", "minimum", "mul", "ne", "neg", "pow", "reciprocal", "relu",
-    "rsqrt", "sigmoid", "sigmoid_backward", "sign", "silu", "silu_backward", "sqrt", "sub",
+    "rsqrt", "rsub", "sigmoid", "sigmoid_backward", "sign", "silu", "silu_backward", "sqrt", "sub",
     "tanh", "tanh_backward", "threshold_backward", "where", "zero", "zeros", "ones",
     "full", "zeros_like", "ones_like", "full_like", "new_zeros", "new_ones", "new_full",
-    "arange", "sgn", "erf", "cos", "sin", "floor_divide", "remainder",
+    "arange", "sgn", "erf", "cos", "sin", "floor_divide", "remainder", "polar", "scalar_tensor",
+    "__and__", "__or__",
     # copies, casts, layout changes and indexing
     "_to_copy", "clone", "copy", "cat", "stack", "index", "index_put", "index_select",
     "gather", "scatter", "scatter_add", "embedding", "embedding_dense_backward", "repeat",
@@ -33,7 +34,8 @@ MEMORY_BOUND_OPS: frozenset[str] = frozenset({
     "avg_pool2d_backward", "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward",
     "upsample_nearest2d", "upsample_nearest2d_backward", "upsample_bilinear2d",
     "upsample_bilinear2d_backward", "index_add", "bincount", "histc",
-    "_softmax", "_softmax_backward_data", "_log_softmax", "_log_softmax_backward_data",
+    "_softmax", "_safe_softmax", "_softmax_backward_data", "_log_softmax",
+    "_log_softmax_backward_data",
     "nll_loss_forward", "nll_loss_backward", "nll_loss2d_forward", "nll_loss2d_backward",
     "native_dropout", "native_dropout_backward", "bernoulli", "uniform", "normal",
     "exponential", "random",
@@ -51,7 +53,10 @@ kernels Inductor generates for ``torch.compile`` (fused element-wise ops and red
 SAME_KERNEL_AS: dict[str, str] = {
     "zeros": "zero", "zeros_like": "zero", "new_zeros": "zero",
     "ones": "fill", "ones_like": "fill", "full": "fill", "full_like": "fill",
-    "new_ones": "fill", "new_full": "fill",
+    "new_ones": "fill", "new_full": "fill", "scalar_tensor": "fill",
+    "__and__": "bitwise_and", "__or__": "bitwise_or",
+    # SDPA's math path (fp32 attention): softmax that gives 0, not NaN, on fully masked rows
+    "_safe_softmax": "_softmax",
     # FSDP2's copies into and out of its flat all-gather / reduce-scatter buffers
     "all_gather_copy_in": "copy", "split_with_sizes_copy": "copy", "chunk_cat": "cat",
     "_chunk_cat": "cat",

@@ -1,6 +1,7 @@
 """The accuracy harness reads the stored step logs and builds valid scenarios from them
 (no simulation here: that takes minutes, see scripts/validate_accuracy.py)."""
 
+import shlex
 import sys
 from pathlib import Path
 
@@ -53,9 +54,15 @@ def test_anchor_scenario_and_published_numbers() -> None:
 
 def test_command_line_to_script_args_and_ranks() -> None:
     assert harness.invocation(TORCHRUN) == (
-        "gpt_fsdp2.py", ["--model", "llama-1b", "--steps", "10", "--batch-size", "4"], 2)
+        "gpt_fsdp2.py", ["--model", "llama-1b", "--steps", "10", "--batch-size", "4"], 2, {})
     single = "/usr/bin/python3 /r/scenarios/examples/gpt_single.py --steps 3"
-    assert harness.invocation(single) == ("gpt_single.py", ["--steps", "3"], 1)
+    assert harness.invocation(single) == ("gpt_single.py", ["--steps", "3"], 1, {})
+    megatron = next(r for r in measure_steps.plan_runs("frameworks", 2)
+                    if r.script == "megatron_gpt.py")
+    script, _, nproc, env = harness.invocation(shlex.join(megatron.command()))
+    assert (script, nproc, env) == ("megatron_gpt.py", 2, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"})
+    assert harness.measured_scenario("h100x2", megatron.name, shlex.join(megatron.command()))[
+        "workload"]["env"] == {"OMP_NUM_THREADS": "1", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}
     assert measure_steps.with_steps(["--steps", "10", "--x"], 5) == ["--steps", "5", "--x"]
     assert measure_steps.with_steps(["--steps", "3"], 5) == ["--steps", "5"]
     assert measure_steps.with_steps(["--x"], 5) == ["--x", "--steps", "5"]

@@ -24,12 +24,14 @@ def kernel_cost(spec: KernelSpec) -> KernelCost:
 
 
 class FakeCoordinator:
-    """Answers one rank; ``batches`` and ``ops`` are what it received, in order."""
+    """Answers one rank; ``batches`` and ``ops`` are what it received, in order, and
+    ``messages`` everything (batches and value updates)."""
 
     def __init__(self, conn: Connection, reply_delay_ns: int = 1_000_000) -> None:
         self.conn = conn
         self.reply_delay_ns = reply_delay_ns
         self.batches: list[Batch] = []
+        self.messages: list[object] = []
         self.received = threading.Condition()
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
@@ -54,8 +56,12 @@ class FakeCoordinator:
             except (EOFError, OSError):
                 return
             with self.received:
-                self.batches.append(batch)
+                self.messages.append(batch)
+                if isinstance(batch, Batch):
+                    self.batches.append(batch)
                 self.received.notify_all()
+            if not isinstance(batch, Batch):
+                continue
             if batch.sync is not None:
                 self.conn.send(Reply(batch.sync.at_ns + self.reply_delay_ns, value=1))
             if batch.exit is not None:

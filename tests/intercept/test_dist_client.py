@@ -5,12 +5,14 @@ import threading
 import time
 from multiprocessing import Pipe
 
+import numpy as np
 import pytest
 
 from intercept.client import CoordinatorClient
 from intercept.clock import VirtualClock
 from tests.intercept.dist_coordinator import FakeCoordinator
-from wire.messages import EventRecord, Exit, Kernel, Reply, Sync
+from wire.messages import (Collective, EventRecord, Exit, IssuedOp, Kernel, Reply, Sync,
+                           ValuePayload, ValueUpdate)
 
 
 def make_client(op_cost_ns: int | None = 10, **kwargs: object,
@@ -256,3 +258,39 @@ def test_ops_of_another_thread_during_a_sync_are_stamped_after_its_reply() -> No
         promise = batch.clock_ns
         if batch.sync is not None:
             promise = max(promise, batch.sync.at_ns + coordinator.reply_delay_ns)
+
+
+def add_pending_collective(client: CoordinatorClient, value_id: int) -> None:
+    """A collective whose inputs await an earlier collective's values."""
+    client.add(Collective, stream=-1, group="0", ranks=(0, 1), seq=value_id,
+               op=IssuedOp.ALL_REDUCE, nbytes=4, dtype_bytes=4,
+               values=ValuePayload(value_id, None, True, pending=True))
+
+
+def kinds(messages: list[object]) -> list[str]:
+    return [type(m).__name__ for m in messages]
+
+
+@pytest.mark.parametrize("computed", ["before the collective is added",
+                                      "while it waits in the buffer",
+                                      "after it was sent"])
+def test_a_value_update_follows_the_collective_it_completes(computed: str) -> None:
+    """Megatron on 8 ranks: the receiver thread computed a pending collective's inputs while
+    the collective was still buffered, the update overtook it, and the coordinator stopped
+    ("sent values for collective value id ..., which awaits none")."""
+    client, clock, coordinator = make_client()
+    values = np.ones(1, dtype=np.float32)
+    if computed == "before the collective is added":
+        client.send_values(7, values)
+    add_pending_collective(client, 7)
+    if computed == "while it waits in the buffer":
+        client.send_values(7, values)
+    client.flush()
+    if computed == "after it was sent":
+        client.send_values(7, values)
+    client.close(Exit(0))
+    coordinator.join()
+    assert kinds(coordinator.messages) == ["Batch", "ValueUpdate", "Batch"]
+    update = coordinator.messages[1]
+    assert isinstance(update, ValueUpdate) and update.value_id == 7
+    assert update.data is not None and update.data.tolist() == [1.0]

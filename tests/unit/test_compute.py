@@ -140,11 +140,13 @@ def test_a_spec_names_its_family() -> None:
 
 @pytest.mark.parametrize(("name", "base", "memory_bound"), [
     ("aten::add_.Tensor", "add", True),
+    ("aten::rsub.Scalar", "rsub", True),  # 1 - x (Megatron's masks)
     ("aten::_foreach_mul_.Scalar", "_foreach_mul", True),
     ("aten::_fused_adamw_", "_fused_adamw", True),
     ("aten::native_layer_norm_backward", "native_layer_norm_backward", True),
     ("aten::mm", "mm", False),
-    ("aten::__and__.Tensor", "__and__", False),
+    ("aten::__and__.Tensor", "__and__", True),  # a dunder keeps its trailing underscores
+    ("aten::_safe_softmax", "_safe_softmax", True),  # SDPA's math path in fp32 (TorchTitan PP)
     ("mystery", "mystery", False),
 ])
 def test_op_names_are_normalised_before_lookup(name: str, base: str, memory_bound: bool) -> None:

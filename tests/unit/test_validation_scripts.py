@@ -71,7 +71,7 @@ def test_two_gpu_suites_are_unchanged() -> None:
               for run in measure_steps.parse_log(log, "h200x2")]
     assert len(stored) >= 15
     for run in stored:
-        script, args, nproc = validate_accuracy.invocation(run.command)
+        script, args, nproc, _ = validate_accuracy.invocation(run.command)
         plan = planned[run.name]
         assert (plan.script, measure_steps.with_steps(list(plan.args), 1), plan.nproc) == (
             script, measure_steps.with_steps(args, 1), nproc), run.name
