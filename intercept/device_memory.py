@@ -77,6 +77,16 @@ class DeviceMemory:
             ref = weakref.ref(storage, functools.partial(self._release, key))
             self._tracked[key] = _TrackedStorage(ref, device, nbytes, block)
 
+    def address(self, storage: torch.UntypedStorage) -> int | None:
+        """The device address of ``storage``'s first byte, as ``data_ptr()`` reports it on a GPU
+        (0 while it is empty: PyTorch's null pointer); ``None`` if no GPU tracks it."""
+        tracked = self._tracked.get(storage._cdata)
+        if tracked is None:
+            return None
+        if tracked.block is None:
+            return 0
+        return DEVICE_ADDRESS_BASE + (tracked.device << DEVICE_ADDRESS_BITS) + tracked.block.addr
+
     def resize(self, storage: torch.UntypedStorage, nbytes: int) -> None:
         """``storage.resize_(nbytes)`` is about to run: a tracked storage gets a new block."""
         with self._lock:
@@ -213,6 +223,13 @@ def cublas_workspace_bytes(sm_arch: int) -> int:
     return 4096 * 1024 * 2 + 16 * 1024 * 8
 
 
+DEVICE_ADDRESS_BASE = 0x7000_0000_0000
+"""Where GPU 0's addresses start: high in a 64-bit Linux process's 47-bit address space, where
+CUDA's unified addressing puts device memory."""
+DEVICE_ADDRESS_BITS = 40
+"""Each GPU's addresses lie in a range of their own, ``2**40`` bytes wide, so no two storages
+of a process share one (``intercept.allocator`` starts at ``2**32`` and moves on by each new
+segment: it would have to ``cudaMalloc`` a TiB in all to leave its range)."""
 CUBLASLT_WORKSPACE_BYTES = 2**20
 """PyTorch's default cuBLASLt workspace (``CUBLASLT_WORKSPACE_SIZE`` unset: 1024 KiB)."""
 BLAS_OPS: frozenset[Any] = frozenset({

@@ -36,11 +36,12 @@ import torch.cuda.nvtx
 import torch.distributed.tensor._sharding_prop
 import torch.optim.optimizer
 import torch.utils._foreach_utils
+import torch.utils.cpp_extension
 from torch._prims_common import suggest_memory_format
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, is_fake
 
-from intercept import (compiled, cuda_ops, device_memory, dispatch_glue, fake_mode, host_reads,
-                       shim)
+from intercept import (compiled, cpp_extensions, cuda_ops, device_memory, dispatch_glue, fake_mode,
+                       host_reads, shim)
 from intercept.values import valuable
 from phantora.cluster.catalogue import GpuSpec
 from phantora.errors import SimulationError
@@ -348,6 +349,31 @@ def storage_from_buffer_real(original: Callable[..., Any]) -> Callable[..., Any]
             return original(*args, **kwargs)
 
     return from_buffer
+
+
+def fake_data_ptr(self: torch.Tensor) -> int:
+    """``Tensor.data_ptr()`` of a fake tensor: where its first element lies, as on a GPU (a
+    fake storage's own pointer is null, so every tensor would alias every other, and torch
+    warns that reading it will become an error). A GPU storage's address is its block's in
+    the simulated allocator; a fake host storage's is the storage object's own (unique while
+    it lives); a meta or empty one's is null."""
+    storage = self.untyped_storage()
+    address = installed().memory.address(storage)
+    if address is None:
+        address = 0 if self.device.type == "meta" or not storage.nbytes() else storage._cdata
+    return address + self.storage_offset() * self.element_size()
+
+
+def storage_data_ptr_simulated(original: Callable[..., int]) -> Callable[..., int]:
+    """``UntypedStorage.data_ptr()`` of a fake GPU storage: its address in the simulated
+    allocator (see :func:`fake_data_ptr`); other storages keep their own."""
+
+    @functools.wraps(original)
+    def data_ptr(self: torch.UntypedStorage) -> int:
+        address = installed().memory.address(self)
+        return original(self) if address is None else address
+
+    return data_ptr
 
 
 def accelerator_memory_stats(device_index: Any = None, /) -> dict[str, Any]:
@@ -702,6 +728,10 @@ PATCHES: tuple[Patch | Wrap | Register, ...] = (
          "object collectives (send_object_list, broadcast_object_list) pickle into a buffer"),
     Wrap("torch.UntypedStorage.resize_", storage_resize_reallocating,
          "a fake storage's resize_ changes its size in C++ only; the allocator must know"),
+    Patch("torch._subclasses.fake_tensor.FakeTensor.data_ptr", fake_data_ptr,
+          "a fake storage's pointer is null (every tensor aliases) and deprecated (warns)"),
+    Wrap("torch.UntypedStorage.data_ptr", storage_data_ptr_simulated,
+         "a fake storage's pointer is null (every storage aliases) and deprecated (warns)"),
     Wrap("torch.distributed.tensor._sharding_prop.ShardingPropagator."
          "_propagate_tensor_meta_non_cached", sharding_propagation_shapes_only,
          "TP: global-shape tensors (1.5 GiB of GPT-2 logits) counted as device memory"),
@@ -760,6 +790,13 @@ PATCHES: tuple[Patch | Wrap | Register, ...] = (
       for op in cuda_ops.FUSED_ON_CUDA),
     Wrap("torch._C._conv_determine_backend_memory_format", conv_memory_format_as_cudnn,
          "a CPU build has no cuDNN: channels_last convolutions would return NCHW"),
+    # CUDA extensions built at first use (intercept.cpp_extensions)
+    Wrap("torch.utils.cpp_extension.CUDA_HOME", cpp_extensions.stand_in_toolkit,
+         "a CPU build has none; DeepSpeed asks its nvcc for the CUDA version before it builds"),
+    Patch("torch.utils.cpp_extension.load", cpp_extensions.load,
+          "would compile CUDA code for the GPU the rank does not have"),
+    Patch("torch.utils.cpp_extension.load_inline", cpp_extensions.load_inline,
+          "would compile CUDA code for the GPU the rank does not have"),
     # compilation and threads
     Wrap("torch.compile", compile_with_runnable_backend, "inductor needs real buffers + Triton"),
     Wrap("torch.utils._python_dispatch._push_mode", push_mode_counting_its_dispatch,
@@ -797,7 +834,8 @@ def install(gpu: GpuSpec, device_count: int) -> FakeDevices:
         original = getattr(owner, name)
         new = entry.new if isinstance(entry, Patch) else entry.wrapper(original)
         setattr(owner, name, new)
-        replacements[id(original)] = (original, new)
+        if original is not None:  # every unset attribute is None: copies of it are not copies
+            replacements[id(original)] = (original, new)
     _rebind_copies(replacements)
     shim.mark_cuda_initialized()
     # The simulator's own CPU time: every call from torch into Python, and deductions for what

@@ -2,9 +2,10 @@
 
 Each script (``gpt_single.py``, ``gpt_ddp.py``, ``gpt_fsdp2.py``, ``gpt_tp.py``,
 ``gpt_fsdp_tp.py``, ``moe_ep.py``) only sets up its parallelism and then calls :func:`train`;
-``llama_pp.py``, whose pipeline schedule runs forward and backward itself, has its own loop
-around the same pieces (:func:`print_step`, :func:`print_run_end`); everything else lives
-here once. Plain PyTorch: the same code runs under ``torchrun`` on real GPUs
+``llama_pp.py``, whose pipeline schedule runs forward and backward itself, and
+``deepspeed_gpt.py``, whose DeepSpeed engine runs backward and the optimizer step, have their
+own loops around the same pieces (:func:`print_step`, :func:`print_run_end`); everything else
+lives here once. Plain PyTorch: the same code runs under ``torchrun`` on real GPUs
 (NCCL, bf16) and on a CPU (gloo, fp32), and unmodified on phantora-ns3's simulated GPUs.
 """
 
@@ -181,14 +182,24 @@ def make_loader(args: argparse.Namespace, config: ModelConfig, launch: Launch, *
                       num_workers=args.num_workers, pin_memory=launch.device.type == "cuda")
 
 
-def make_optimizer(model: nn.Module, args: argparse.Namespace) -> torch.optim.AdamW:
-    """AdamW as nanoGPT sets it up: weight decay on matrices only."""
+ADAMW_BETAS = (0.9, 0.95)
+ADAMW_EPS = 1e-8
+
+
+def decay_groups(model: nn.Module, weight_decay: float) -> list[dict[str, object]]:
+    """Parameter groups as nanoGPT sets them up: weight decay on matrices only."""
     params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": args.weight_decay},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+
+
+def make_optimizer(model: nn.Module, args: argparse.Namespace) -> torch.optim.AdamW:
+    """AdamW as nanoGPT sets it up (:func:`decay_groups`), in ``--optimizer``'s
+    implementation."""
     implementation = {"fused": {"fused": True}, "foreach": {"foreach": True},
                       "for-loop": {"foreach": False}}[args.optimizer]
-    return torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95), eps=1e-8, **implementation)
+    return torch.optim.AdamW(decay_groups(model, args.weight_decay), lr=args.lr,
+                             betas=ADAMW_BETAS, eps=ADAMW_EPS, **implementation)
 
 
 _SAVED_OPS = frozenset({
