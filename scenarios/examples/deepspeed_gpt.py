@@ -26,8 +26,8 @@ import torch.distributed as dist
 
 from model import build_model
 from train_utils import (ADAMW_BETAS, ADAMW_EPS, Launch, StepReport, StepTimer, build_parser,
-                         close_distributed, compute_dtype, decay_groups, lr_at, make_loader,
-                         model_config, print_run_end, print_step, seq_len)
+                         close_distributed, compute_dtype, decay_groups, make_loader,
+                         model_config, print_run_end, print_step, scheduled_steps, seq_len)
 
 NOT_HERE = ("compile", "activation_checkpointing")
 """Flags of the shared parser this script does not implement (DeepSpeed has its own)."""
@@ -87,10 +87,7 @@ def main() -> None:
     tokens_per_step = args.batch_size * seq_len(args) * args.grad_accum * launch.world_size
     timer = StepTimer(device)
     step_ms: list[float] = []
-    for step in range(args.steps):
-        lr = lr_at(step, args)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
+    for step, lr in scheduled_steps(args, optimizer):
         timer.start()
         loss_sum = torch.zeros((), device=device)
         for _ in range(args.grad_accum):

@@ -33,8 +33,9 @@ from torch.nn import functional as F
 
 from llama_model import LLAMA_PRESETS, Llama, LlamaConfig
 from train_utils import (Launch, StepReport, StepTimer, build_parser, clip_grad_norm_across,
-                         close_distributed, compute_dtype, init_distributed, lr_at, make_loader,
-                         make_optimizer, model_config, print_run_end, print_step, seq_len)
+                         close_distributed, compute_dtype, init_distributed, make_loader,
+                         make_optimizer, model_config, print_run_end, print_step, scheduled_steps,
+                         seq_len)
 
 SCHEDULES: dict[str, type[PipelineScheduleSingle] | type[PipelineScheduleMulti]] = {
     "gpipe": ScheduleGPipe,
@@ -216,10 +217,7 @@ def train_pipeline(schedule: PipelineScheduleSingle | PipelineScheduleMulti, mod
     tokens_per_step = args.batch_size * seq_len(args) * args.microbatches
     timer = StepTimer(device)
     step_ms: list[float] = []
-    for step in range(args.steps):
-        lr = lr_at(step, args)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
+    for step, lr in scheduled_steps(args, optimizer):
         timer.start()
         micro = [next(batches) for _ in range(args.microbatches)]
         inputs = torch.cat([x for x, _ in micro]).to(device, non_blocking=True)

@@ -258,6 +258,17 @@ def lr_at(step: int, args: argparse.Namespace) -> float:
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0))) * (args.lr - min_lr)
 
 
+def scheduled_steps(args: argparse.Namespace,
+                    optimizer: torch.optim.Optimizer) -> Iterator[tuple[int, float]]:
+    """Each step's index and learning rate (:func:`lr_at`), set on every parameter group before
+    the step runs."""
+    for step in range(args.steps):
+        lr = lr_at(step, args)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        yield step, lr
+
+
 def _full(tensor: torch.Tensor) -> torch.Tensor:
     """A plain tensor from a DTensor (tensor-parallel loss, gradient norm), else the tensor.
 
@@ -343,10 +354,7 @@ def train(model: nn.Module, optimizer: torch.optim.Optimizer,
     batches: Iterator[tuple[torch.Tensor, torch.Tensor]] = iter(loader)
     timer = StepTimer(device)
     step_ms: list[float] = []
-    for step in range(args.steps):
-        lr = lr_at(step, args)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
+    for step, lr in scheduled_steps(args, optimizer):
         timer.start()
         loss_sum = torch.zeros((), device=device)
         for micro in range(args.grad_accum):
