@@ -39,6 +39,7 @@ import torch.utils._foreach_utils
 import torch.utils.cpp_extension
 from torch._prims_common import suggest_memory_format
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, is_fake
+from torch.nn.attention import SDPBackend
 
 from intercept import (compiled, cpp_extensions, cuda_ops, device_memory, dispatch_glue, fake_mode,
                        host_reads, shim)
@@ -625,7 +626,9 @@ def sdpa_cuda(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
               attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0,
               is_causal: bool = False, scale: float | None = None,
               enable_gqa: bool = False) -> torch.Tensor:
-    """Pick the kernel a CUDA build picks: flash, else memory-efficient, else math.
+    """Pick the kernel a CUDA build picks: the first backend in torch's priority order
+    (``torch.nn.attention.sdpa_kernel(..., set_priority=True)`` changes it; by default flash,
+    memory-efficient, math, cuDNN) that is enabled and takes these inputs.
 
     A CPU build's composite SDPA only knows the math path (bmm, softmax, bmm) for 'cuda'.
     NB: grouped-query attention is expanded with repeat_interleave (copies real kernels skip).
@@ -633,24 +636,49 @@ def sdpa_cuda(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     # The selection stands in for C++ code: the simulator's time; the kernels dispatch as usual.
     with shim.simulator_time():
         aten = torch.ops.aten
-        backends = torch.backends.cuda
         if enable_gqa and key.size(-3) != query.size(-3):
             repeats = query.size(-3) // key.size(-3)
             key = key.repeat_interleave(repeats, -3)
             value = value.repeat_interleave(repeats, -3)
-        four_d = query.dim() == 4
-        if (backends.flash_sdp_enabled() and four_d and attn_mask is None
-                and query.dtype in (torch.float16, torch.bfloat16) and query.size(-1) <= 256):
+        backend = _sdpa_backend(query, attn_mask)
+        if backend == SDPBackend.FLASH_ATTENTION:  # pybind enums: equal, not identical
             return aten._scaled_dot_product_flash_attention(
                 query, key, value, dropout_p, is_causal, False, scale=scale)[0]
-        if backends.mem_efficient_sdp_enabled() and four_d:
-            needs_logsumexp = torch.is_grad_enabled() and any(
-                t.requires_grad for t in (query, key, value))
+        needs_logsumexp = torch.is_grad_enabled() and any(
+            t.requires_grad for t in (query, key, value))
+        if backend == SDPBackend.EFFICIENT_ATTENTION:
             return aten._scaled_dot_product_efficient_attention(
                 query, key, value, attn_mask, needs_logsumexp, dropout_p, is_causal,
                 scale=scale)[0]
+        if backend == SDPBackend.CUDNN_ATTENTION:
+            return aten._scaled_dot_product_cudnn_attention(
+                query, key, value, attn_mask, needs_logsumexp, dropout_p, is_causal, False,
+                scale=scale)[0]
         return aten._scaled_dot_product_attention_math(
             query, key, value, attn_mask, dropout_p, is_causal, scale=scale)[0]
+
+
+def _sdpa_backend(query: torch.Tensor, attn_mask: torch.Tensor | None) -> SDPBackend:
+    """The backend of :func:`sdpa_cuda`: flash and cuDNN take half precision without a mask
+    (head size up to 256 and 128), memory-efficient any 4-D input, math anything. Raises as
+    torch does when the enabled backends take none."""
+    backends = torch.backends.cuda
+    four_d, head = query.dim() == 4, query.size(-1)
+    half = query.dtype in (torch.float16, torch.bfloat16)
+    takes = {
+        SDPBackend.FLASH_ATTENTION: backends.flash_sdp_enabled() and four_d and half
+        and attn_mask is None and head <= 256,
+        SDPBackend.EFFICIENT_ATTENTION: backends.mem_efficient_sdp_enabled() and four_d,
+        SDPBackend.CUDNN_ATTENTION: backends.cudnn_sdp_enabled() and four_d and half
+        and attn_mask is None and head <= 128,
+        SDPBackend.MATH: backends.math_sdp_enabled(),
+    }
+    for code in torch._C._get_sdp_priority_order():
+        backend = SDPBackend(code)
+        if takes.get(backend, False):
+            return backend
+    raise RuntimeError("No available kernel. Aborting execution. (phantora: no enabled "
+                       "scaled_dot_product_attention backend takes these inputs)")
 
 
 # --- the table --------------------------------------------------------------------------------

@@ -238,6 +238,26 @@ result.update(meta=[str(p.device) for p in stage.parameters()],
               shared=twin.weight.untyped_storage() is on_gpu.weight.untyped_storage())
 """
 
+SDPA_BACKENDS = """
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+titan = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]
+
+def attention(dtype, backends=None):
+    q = torch.randn(2, 4, 128, 64, device="cuda", dtype=dtype, requires_grad=True)
+    mark = len(runtime.kernels)
+    if backends is None:
+        F.scaled_dot_product_attention(q, q, q, is_causal=True).sum().backward()
+    else:
+        with sdpa_kernel(backends, set_priority=True):
+            F.scaled_dot_product_attention(q, q, q, is_causal=True).sum().backward()
+    return sorted({k[0] for k in runtime.kernels[mark:] if "attention" in k[0]
+                   or "softmax" in k[0]})
+
+result.update(default=attention(torch.bfloat16), titan=attention(torch.bfloat16, titan),
+              fp32=attention(torch.float32), titan_fp32=attention(torch.float32, titan))
+"""
+
 GENERATORS = """
 generators = torch.cuda.default_generators  # Megatron's RNG tracker uses them directly
 g = generators[1]
@@ -375,6 +395,18 @@ def test_deep_copies_of_fake_models_stay_in_the_rank_mode() -> None:
     result = run_snippet(DEEP_COPIES)["result"]
     assert result == {"meta": ["meta"] * 4, "gpu": ["cuda:0"] * 2, "same_mode": True,
                       "shared": False}
+
+
+def test_attention_picks_the_backend_a_cuda_build_picks() -> None:
+    """Torch's priority order, the enabled backends and what each takes: flash by default,
+    cuDNN first where TorchTitan puts it, memory-efficient for fp32, math when TorchTitan's
+    list leaves only it for fp32 (its pipeline-parallel runs)."""
+    result = run_snippet(SDPA_BACKENDS)["result"]
+    fused = "aten::_scaled_dot_product_{0}_attention"
+    assert result["default"] == [fused.format("flash"), fused.format("flash") + "_backward"]
+    assert result["titan"] == [fused.format("cudnn"), fused.format("cudnn") + "_backward"]
+    assert result["fp32"] == [fused.format("efficient"), fused.format("efficient") + "_backward"]
+    assert "aten::_safe_softmax" in result["titan_fp32"]
 
 
 def test_default_generators_exist_per_gpu_and_keep_the_seed() -> None:
