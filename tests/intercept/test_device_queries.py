@@ -104,7 +104,8 @@ default = torch.zeros(3)
 torch.set_default_device("cpu")
 result["moves"] = [str(t.device) for t in [*moved, model.weight, lazy.weight, default]]
 
-# the patch table: a Wrap keeps the original as __wrapped__ (lists: gain FakeTensor)
+# the patch table: a Wrap keeps the original as __wrapped__ (lists: gain FakeTensor; CUDA_HOME:
+# names the stand-in toolkit)
 from torch._subclasses.fake_tensor import FakeTensor
 applied = {}
 for entry in patches.PATCHES:
@@ -115,7 +116,9 @@ for entry in patches.PATCHES:
     if isinstance(entry, patches.Patch):
         applied[entry.target] = new is entry.new
     else:
-        applied[entry.target] = hasattr(new, "__wrapped__") or FakeTensor in new
+        applied[entry.target] = (hasattr(new, "__wrapped__") or
+                                 (FakeTensor in new if isinstance(new, list) else
+                                  isinstance(new, str) and "stand-in" in new))
 result["patches_applied"] = applied
 result["copies_rebound"] = torch.cuda.random.current_device is torch.cuda.current_device
 result["torch_version"] = [torch.__version__.split("+")[0], patches.TORCH_VERSION_CHECKED]

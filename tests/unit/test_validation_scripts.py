@@ -169,9 +169,9 @@ def test_execute_budget_timeout_and_log_format(tmp_path: Path) -> None:
             "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
             f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
             "print('step 1/5 | loss 1 | 5.0 ms | x', flush=True)\ntime.sleep(60)")
-    runs = [ShellRun("ok", "gpt_ddp.py", (), 2, STEPS_CODE),
-            ShellRun("hang", "gpt_ddp.py", (), 2, hang),
-            ShellRun("late", "gpt_fsdp2.py", (), 2, STEPS_CODE)]
+    runs = [ShellRun("ok", "gpt_ddp.py", (), 2, code=STEPS_CODE),
+            ShellRun("hang", "gpt_ddp.py", (), 2, code=hang),
+            ShellRun("late", "gpt_fsdp2.py", (), 2, code=STEPS_CODE)]
     start = time.monotonic()
     measure_steps.execute(runs, tmp_path, "h200x8", budget_s=1.5)
     assert time.monotonic() - start < 1.5 + measure_steps.KILL_GRACE_S
