@@ -3,14 +3,23 @@
 Shared by the tests that run the examples on the simulator and for real under torchrun.
 """
 
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO_DIR = ROOT / "scenarios"
+
+
+def trace_spans(out: Path, category: str) -> list[dict[str, Any]]:
+    """The complete ("X") events of ``category`` (``kernel``, ``collective``) in a run's
+    ``trace.json``, in file order."""
+    events = json.loads((out / "trace.json").read_text())["traceEvents"]
+    return [e for e in events if e.get("ph") == "X" and e.get("cat") == category]
 
 
 @dataclass(frozen=True)

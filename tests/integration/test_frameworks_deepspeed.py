@@ -16,7 +16,7 @@ import pytest
 import torch
 import yaml
 
-from tests.integration.live_examples import ROOT, parse_steps
+from tests.integration.live_examples import ROOT, parse_steps, trace_spans
 
 pytest.importorskip("deepspeed")
 
@@ -37,16 +37,13 @@ def _gradient_bytes(args: list[str]) -> int:
 
 def _collectives(run: Path, rank: int) -> list[dict[str, Any]]:
     """Rank ``rank``'s collectives that moved bytes, in the order it issued them."""
-    events = json.loads((run / "trace.json").read_text())["traceEvents"]
-    return sorted((e for e in events if e.get("ph") == "X" and e.get("cat") == "collective"
-                   and e["pid"] == rank and e["args"]["bytes"] > 0
+    return sorted((e for e in trace_spans(run, "collective")
+                   if e["pid"] == rank and e["args"]["bytes"] > 0
                    and e["args"]["algorithm"] != "none"), key=lambda e: e["ts"])
 
 
 def _kernel_names(run: Path, rank: int) -> list[str]:
-    events = json.loads((run / "trace.json").read_text())["traceEvents"]
-    return [e["name"] for e in events
-            if e.get("ph") == "X" and e.get("cat") == "kernel" and e["pid"] == rank]
+    return [e["name"] for e in trace_spans(run, "kernel") if e["pid"] == rank]
 
 
 def _check_zero_1_2(collectives: list[dict[str, Any]], steps: int, grad_bytes: int) -> None:

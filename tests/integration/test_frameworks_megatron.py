@@ -10,12 +10,11 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
-from tests.integration.live_examples import ROOT, parse_steps
+from tests.integration.live_examples import ROOT, parse_steps, trace_spans
 
 pytest.importorskip("megatron.core")
 
@@ -58,11 +57,6 @@ class Layout:
         return [tuple(range(first, self.world, stride)) for first in range(stride)]
 
 
-def _collectives(tmp_path: Path) -> list[dict[str, Any]]:
-    events = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
-    return [e for e in events if e.get("ph") == "X" and e.get("cat") == "collective"]
-
-
 @pytest.mark.parametrize("name", [
     "h100x2-megatron-gpt-tp2",
     pytest.param("h100x4-megatron-gpt-tp2-pp2", marks=pytest.mark.slow),  # ~30 s here
@@ -82,7 +76,7 @@ def test_megatron_gpt_trains_with_its_parallelism_on_the_wire(
     coverage = summary["compute_coverage"]
     assert coverage["unknown_ops"] == [] and "unknown-op" not in coverage["by_source"]
 
-    collectives = _collectives(tmp_path)
+    collectives = trace_spans(tmp_path, "collective")
     # per rank, op and group of ranks: collectives that moved bytes between GPUs
     issued = Counter((e["pid"], e["name"], tuple(sorted(e["args"]["ranks"])))
                      for e in collectives if e["args"]["bytes"] > 0

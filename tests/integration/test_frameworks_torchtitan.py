@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.live_examples import ROOT, trace_spans
+
 pytest.importorskip("torchtitan")
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "scenarios" / "examples"
+EXAMPLES = ROOT / "scenarios" / "examples"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 STEP = re.compile(r"step:\s+(\d+)\s+loss:.*?tps:\s+([\d,]+)")
 STEPS = 4
@@ -28,11 +30,9 @@ def run(run_cli: Callable[[list[str]], None], name: str, out: Path) -> tuple[dic
 
 
 def ops_by_rank(summary: dict, out: Path) -> dict[int, set[str]]:
-    events = json.loads((out / "trace.json").read_text())["traceEvents"]
     found: dict[int, set[str]] = {r["rank"]: set() for r in summary["ranks"]}
-    for event in events:
-        if event.get("ph") == "X" and event.get("cat") == "collective":
-            found[event["pid"]].add(event["name"].split()[0])
+    for event in trace_spans(out, "collective"):
+        found[event["pid"]].add(event["name"].split()[0])
     return found
 
 
@@ -80,6 +80,5 @@ def test_pipeline_1f1b_sends_activations_between_stages(run_cli: Callable,
 def test_compile_runs_generated_kernels(run_cli: Callable, tmp_path: Path) -> None:
     summary, logs = run(run_cli, "h100x2-torchtitan-llama3-fsdp2-compile", tmp_path)
     assert_trained(summary, logs, [0, 1])
-    events = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
-    names = {e["name"] for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"}
+    names = {e["name"] for e in trace_spans(tmp_path, "kernel")}
     assert any(name.startswith("inductor::") for name in names), sorted(names)[:20]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.live_examples import (ExampleScenario, example_scenarios, parse_steps,
-                                             peak_memory_line)
+                                             peak_memory_line, trace_spans)
 
 
 def _cases() -> list[object]:
@@ -48,11 +48,10 @@ def test_example_scenario_runs_live(example: ExampleScenario, tmp_path: Path,
         assert peak is not None and peak.endswith(" GiB") and float(peak.split()[0]) > 0, (
             f"rank {rank} saw no GPU memory: {peak!r}")
 
-    events = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
-    kernels = [e for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"]
+    kernels = trace_spans(tmp_path, "kernel")
     assert {e["pid"] for e in kernels} == set(range(example.world_size)), "kernels of every rank"
     assert {"aten::mm", "aten::addmm"} & {e["name"] for e in kernels}, "kernels by aten name"
     if example.world_size > 1:
-        collectives = [e for e in events if e.get("ph") == "X" and e.get("cat") == "collective"]
+        collectives = trace_spans(tmp_path, "collective")
         assert collectives and all(e["args"]["bytes"] > 0 for e in collectives)
         assert {e["pid"] for e in collectives} == set(range(example.world_size))

@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 
 from phantora.cli import main
-from tests.integration.live_examples import ROOT
+from tests.integration.live_examples import ROOT, trace_spans
 
 EXAMPLES = ROOT / "scenarios" / "examples"
 
@@ -25,8 +25,7 @@ def simulate(tmp_path: Path, name: str, script: str, args: list[str]) -> dict[st
     out = tmp_path / name
     assert main([str(path), "--out", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
-    events = json.loads((out / "trace.json").read_text())["traceEvents"]
-    kernels = Counter(e["name"] for e in events if e.get("ph") == "X" and e.get("cat") == "kernel")
+    kernels = Counter(e["name"] for e in trace_spans(out, "kernel"))
     log = (out / "ranks" / "rank0.log").read_text()
     steps = [float(line.split(" ms")[0].rsplit("| ", 1)[1]) for line in log.splitlines()
              if line.startswith("step ")]
