@@ -94,7 +94,8 @@ class Launcher:
     (default: now); ``op_cost_ns`` switches on reproducible mode (see ``intercept.clock``);
     ``host_cpu`` names the reference host whose CPU speed the ranks' script CPU time is scaled
     to (``intercept.host_speed``; ``None`` or ``"native"``: unscaled); ``values`` the value
-    model (``intercept.value_policy``).
+    model (``intercept.value_policy``); ``ranks`` the ranks to run, each still seeing all
+    ``world_size`` (default: all of them; the engine mirrors the others).
     """
 
     def __init__(self, program: str | Path | Program, args: Sequence[str], env: Mapping[str, str],
@@ -103,7 +104,7 @@ class Launcher:
                  epoch_ns: int | None = None, op_cost_ns: int | None = None,
                  host_cpu: str | None = None, values: ValuePolicy = ValuePolicy(),
                  master_addr: str = "127.0.0.1",
-                 master_port: int = 29500) -> None:
+                 master_port: int = 29500, ranks: Sequence[int] | None = None) -> None:
         if world_size < 1 or ranks_per_host < 1 or world_size % ranks_per_host:
             raise ValueError(f"world_size ({world_size}) must be a positive multiple of "
                              f"ranks_per_host ({ranks_per_host})")
@@ -117,8 +118,12 @@ class Launcher:
             fake_device=fake_device, epoch_ns=time.time_ns() if epoch_ns is None else epoch_ns,
             op_cost_ns=op_cost_ns, master_addr=master_addr, master_port=master_port,
             run_id=uuid.uuid4().hex[:12], host_cpu=host_cpu, values=values)
-        self.connections: list[Connection] = []
-        """The coordinator's end of each rank's connection, indexed by rank."""
+        self.ranks = list(range(world_size)) if ranks is None else sorted(ranks)
+        """The ranks that run (the others of ``world_size`` are mirrored by the engine)."""
+        if not self.ranks or not set(self.ranks) <= set(range(world_size)):
+            raise ValueError(f"ranks {ranks} must be a non-empty subset of 0..{world_size - 1}")
+        self.connections: dict[int, Connection] = {}
+        """The coordinator's end of each running rank's connection."""
         self.pids: dict[int, int] = {}
         self.exits: dict[int, RankExit] = {}
         """Ranks whose process has ended, as reported so far by :meth:`poll`."""
@@ -141,9 +146,9 @@ class Launcher:
         (self.spec.out_dir / "ranks").mkdir(parents=True, exist_ok=True)
         rank_fds: dict[int, int] = {}
         child_socks: list[socket.socket] = []
-        for rank in range(self.spec.world_size):
+        for rank in self.ranks:
             ours, theirs = socket.socketpair()
-            self.connections.append(Connection(ours.detach()))
+            self.connections[rank] = Connection(ours.detach())
             rank_fds[rank] = theirs.fileno()
             child_socks.append(theirs)
         ours, theirs = socket.socketpair()
@@ -163,9 +168,9 @@ class Launcher:
                 sock.close()
         self.control.send(replace(self.spec, rank_fds=rank_fds))
         self._await_ready()
-        for rank in range(self.spec.world_size):
+        for rank in self.ranks:
             self._request(Spawn(rank))
-        while len(self.pids) < self.spec.world_size:
+        while len(self.pids) < len(self.ranks):
             self._handle(self._recv_control(READY_TIMEOUT_S))
 
     def poll(self, timeout_s: float = 0.0) -> list[RankExit]:
@@ -198,9 +203,9 @@ class Launcher:
             except (OSError, subprocess.TimeoutExpired):
                 self._kill_groups([server.pid, *self.pids.values()])
                 server.wait()
-        for conn in [*self.connections, *([self.control] if self.control else [])]:
+        for conn in [*self.connections.values(), *([self.control] if self.control else [])]:
             conn.close()
-        self.connections = []
+        self.connections = {}
         self.control = None
 
     def __enter__(self) -> "Launcher":

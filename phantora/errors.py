@@ -8,7 +8,8 @@
     └── SimulationError        something went wrong while simulating
         ├── BackendError       a network backend refused an input or failed
         ├── DeadlockError      live ranks wait on each other (mismatched or missing collectives)
-        └── RankCrashed        a live rank's script raised or its process died
+        ├── RankCrashed        a live rank's script raised or its process died
+        └── RegroupRanks       rank deduplication guessed wrong: rerun with other classes
 """
 
 
@@ -51,3 +52,16 @@ class RankCrashed(SimulationError):
 
     def __reduce__(self) -> tuple[type["RankCrashed"], tuple[int, str]]:
         return RankCrashed, (self.rank, self.traceback)
+
+
+class RegroupRanks(SimulationError):
+    """Rank deduplication (``phantora.engine.rank_classes``) met a group its grid does not fit,
+    or a witness that ran other ops than its representative: the run must start again with
+    ``groups`` known (and ``wrong`` excluded). ``reason`` says which rank, op and group."""
+
+    def __init__(self, reason: str, groups: frozenset[tuple[int, ...]],
+                 wrong: object | None = None) -> None:
+        self.reason = reason
+        self.groups = groups
+        self.wrong = wrong
+        super().__init__(reason)

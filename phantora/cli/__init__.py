@@ -59,8 +59,8 @@ def run_scenario(scenario: Scenario, out_dir: Path, console: Console,
             _sweep(scenario.workload, summary, topology, gpu, nccl_config(scenario.nccl),
                    backend, console)
         else:
-            _script(scenario.workload, scenario, summary, topology, gpu, backend, out_dir,
-                    console)
+            backend = _script(scenario.workload, scenario, summary, topology, gpu, backend,
+                              out_dir, console)
         summary.network = asdict(backend.stats())
         summary.simulated_ns = summary.simulated_ns or backend.now_ns()
     finally:
@@ -85,19 +85,26 @@ def _sweep(workload: CollectivesWorkload, summary: Summary, topology: Topology, 
 
 
 def _script(workload: ScriptWorkload, scenario: Scenario, summary: Summary, topology: Topology,
-            gpu: GpuSpec, backend: NetworkBackend, out_dir: Path, console: Console) -> None:
+            gpu: GpuSpec, backend: NetworkBackend, out_dir: Path, console: Console
+            ) -> NetworkBackend:
+    """Run the script; the backend its result ran on (another after a regroup)."""
     # Imported here: only script workloads need the launcher (and, in the ranks, torch).
     from phantora.record.script_runner import run_script
     from phantora.report.live_summary import fill_live_summary
     from phantora.report.trace import write_trace
 
-    result, coverage = run_script(
+    run = run_script(
         workload, scenario.simulation, topology, gpu, nccl_config(scenario.nccl), backend,
         out_dir, echo=lambda line: console.print(f"[dim]\\[rank0][/dim] {escape(line)}",
                                                  highlight=False, soft_wrap=True),
-        seed=scenario.seed)
-    fill_live_summary(summary, result, coverage, backend)
-    write_trace(result, out_dir / "trace.json")
+        seed=scenario.seed,
+        new_backend=lambda: make_backend(topology, scenario.cluster.network, scenario.seed),
+        note=lambda line: console.print(escape(line), style="yellow", highlight=False))
+    fill_live_summary(summary, run.result, run.coverage, run.backend)
+    if run.regroups:
+        summary.dedup["regroups"] = run.regroups
+    write_trace(run.result, out_dir / "trace.json")
+    return run.backend
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -49,9 +49,11 @@ from phantora.compute import Coverage
 from phantora.engine.dag_runner import FOREVER_NS, DagDone, FlowScheduler
 from phantora.engine.deadlock import deadlock_report
 from phantora.engine.matching import CollectiveKey, Matcher, PendingCollective
+from phantora.engine.mirrors import Answered, MirrorFeed, WitnessCheck
 from phantora.engine.overlap import MEASURED_OVERLAP, OverlapModel
+from phantora.engine.rank_classes import RankClasses
 from phantora.engine.streams import Completion, KernelSpan, RankDevice
-from phantora.errors import DeadlockError, RankCrashed, SimulationError
+from phantora.errors import DeadlockError, RankCrashed, RegroupRanks, SimulationError
 from phantora.network.base import GpuId, NetworkBackend, NetworkStats
 from wire.messages import (
     Batch,
@@ -182,6 +184,8 @@ class LiveResult:
     """batches, heartbeats, ops, kernels, event_records, stream_waits, collective_ops,
     syncs, queries, collectives (matched and run), flows."""
     network: NetworkStats = field(default_factory=lambda: NetworkStats("none"))
+    classes: RankClasses | None = None
+    """Which ranks ran live and which mirrored (``None``: all live)."""
 
     @property
     def simulated_ns(self) -> int:
@@ -209,6 +213,8 @@ class _Rank:
         "collectives",
         "conn",
         "device",
+        "feed",
+        "mirrors",
         "gpu",
         "promise_ns",
         "rank",
@@ -218,11 +224,16 @@ class _Rank:
         "token",
     )
 
-    def __init__(self, rank: int, gpu: GpuId, conn: Connection, device: RankDevice) -> None:
+    def __init__(self, rank: int, gpu: GpuId, conn: Connection | None, device: RankDevice,
+                 feed: MirrorFeed | None = None) -> None:
         self.rank = rank
         self.gpu = gpu
         self.conn = conn
+        """``None`` for a mirror, whose messages come from ``feed``."""
         self.device = device
+        self.feed = feed
+        self.mirrors: list["_Rank"] = []
+        """The mirrors replaying this rank's messages."""
         self.state = _State.RUNNING
         self.promise_ns = 0
         """Running: nothing it sends later is earlier. Finished: its clock at exit."""
@@ -244,16 +255,23 @@ class LiveEngine:
                  gpus_of_rank: Sequence[GpuId], *, calibration: Calibration = DEFAULT_CALIBRATION,
                  coverage: Coverage | None = None, record_flows: bool = False,
                  overlap: OverlapModel | None = MEASURED_OVERLAP,
-                 kernel_gap_ns: int = KERNEL_GAP_NS.value) -> None:
-        """``connections[rank]`` is the coordinator's end of each rank's pipe;
+                 kernel_gap_ns: int = KERNEL_GAP_NS.value,
+                 classes: RankClasses | None = None) -> None:
+        """``connections[rank]`` is the coordinator's end of each live rank's pipe (every
+        rank's, unless ``classes`` deduplicates ranks: then the others mirror theirs);
         ``gpus_of_rank[rank]`` the global GPU the rank drives; ``coverage`` (if given)
         accumulates every kernel's cost source; ``overlap`` how collectives in flight slow a
         GPU's kernels (``None``: not at all); ``kernel_gap_ns`` the GPU's idle time between
         back-to-back kernels (``phantora.calibration.gpu.KERNEL_GAP_NS``)."""
         world = len(gpus_of_rank)
-        if sorted(connections) != list(range(world)):
+        self._classes = classes or RankClasses.all_live(world)
+        if self._classes.world != world:
+            raise SimulationError(f"rank classes {self._classes} are for "
+                                  f"{self._classes.world} ranks, but gpus_of_rank names {world}")
+        if sorted(connections) != self._classes.live_ranks():
             raise SimulationError(f"connections are for ranks {sorted(connections)}, but "
-                                  f"gpus_of_rank names {world} ranks (0..{world - 1})")
+                                  f"{self._classes.describe()} are "
+                                  f"{self._classes.live_ranks()}")
         bad = [gpu for gpu in gpus_of_rank if not 0 <= gpu < topology.num_gpus]
         if bad or len(set(gpus_of_rank)) != world:
             raise SimulationError(f"gpus_of_rank {list(gpus_of_rank)} must name distinct GPUs "
@@ -266,10 +284,29 @@ class LiveEngine:
         self._gpus = list(gpus_of_rank)
         self._matcher = Matcher(self._start_collective, self._values_ready)
         self._scheduler = FlowScheduler(backend, record_flows=record_flows)
-        self._ranks = [_Rank(rank, self._gpus[rank], connections[rank],
-                             RankDevice(rank, self._matcher.issue, overlap, kernel_gap_ns))
-                       for rank in range(world)]
-        self._by_conn = {rank.conn: rank for rank in self._ranks}
+        mirrors = self._classes.mirrors()
+        self._ranks = [
+            _Rank(rank, self._gpus[rank], connections.get(rank),
+                  RankDevice(rank, self._matcher.issue, overlap, kernel_gap_ns,
+                             keep_spans=rank not in mirrors),
+                  None if rank not in mirrors else MirrorFeed(self._classes, rank, mirrors[rank]))
+            for rank in range(world)]
+        for mirror, representative in mirrors.items():
+            self._ranks[representative].mirrors.append(self._ranks[mirror])
+        self._live = [rank for rank in self._ranks if rank.conn is not None]
+        self._by_conn = {rank.conn: rank for rank in self._live}
+        self._witness_checks: dict[int, WitnessCheck] = {}
+        if self._classes.deduplicated:
+            for rank in self._live:
+                if self._classes.replica(rank.rank) == 0:
+                    check = WitnessCheck(self._classes, rank.rank,
+                                         self._classes.witness(rank.rank))
+                    self._witness_checks[check.representative] = check
+                    self._witness_checks[check.witness] = check
+        self._to_pump: dict[int, _Rank] = {}
+        """Mirrors fed or answered since they last consumed their feed."""
+        self._groups: set[tuple[int, ...]] = set()
+        """Every group (sorted ranks) a live rank issued a collective on."""
         self._running: dict[int, tuple[PendingCollective, FlowDag]] = {}
         self._plans: dict[CollectiveRequest, FlowDag] = {}
         self._records: list[CollectiveRecord] = []
@@ -282,11 +319,15 @@ class LiveEngine:
         """Serve the ranks until every one has exited; raises DeadlockError, RankCrashed."""
         self._settle()
         while any(rank.state is not _State.FINISHED for rank in self._ranks):
-            if not any(rank.state in (_State.RUNNING, _State.QUERYING) for rank in self._ranks):
+            if not any(rank.state in (_State.RUNNING, _State.QUERYING) for rank in self._live):
                 raise DeadlockError(self._report("deadlock: every rank is blocked or has exited "
                                                  "and nothing is left to simulate"))
             self._receive()
             self._settle()
+        for check in set(self._witness_checks.values()):
+            problem = check.ended()
+            if problem is not None:
+                raise RegroupRanks(problem, frozenset(self._groups), wrong=self._classes)
         if self._matcher.incomplete():
             raise DeadlockError(self._report("every rank exited, but some collectives never "
                                              "completed"))
@@ -297,7 +338,7 @@ class LiveEngine:
     def _receive(self) -> None:
         """Ingest the batches that have arrived (a bounded number per rank, so a chatty rank
         cannot hold up the others' replies), waiting for at least one."""
-        listening = [rank.conn for rank in self._ranks if rank.state is not _State.FINISHED
+        listening = [rank.conn for rank in self._live if rank.state is not _State.FINISHED
                      or self._matcher.owes_values(rank.rank)]
         for conn in wait(listening):
             rank = self._by_conn[conn]  # type: ignore[index]
@@ -315,6 +356,7 @@ class LiveEngine:
                                       ) from None
                 if isinstance(message, ValueUpdate):
                     self._matcher.update_values(rank.rank, message.value_id, message.data)
+                    self._feed_mirrors(rank, message)
                     continue
                 if not isinstance(message, Batch):
                     raise SimulationError(f"rank {rank.rank} sent {type(message).__name__}; "
@@ -323,15 +365,18 @@ class LiveEngine:
 
     def _receive_owed_values(self, rank: _Rank) -> None:
         """A rank that exited still sends the values of collectives it issued as pending."""
+        assert rank.conn is not None
         try:
             message = rank.conn.recv()
         except (EOFError, OSError):
-            self._matcher.forget_values_of(rank.rank)  # gone: its members read unknown values
+            for gone in (rank, *rank.mirrors):  # its members read unknown values
+                self._matcher.forget_values_of(gone.rank)
             return
         if not isinstance(message, ValueUpdate):
             raise SimulationError(f"rank {rank.rank} sent {type(message).__name__} after its "
                                   "exit; only values may follow it")
         self._matcher.update_values(rank.rank, message.value_id, message.data)
+        self._feed_mirrors(rank, message)
 
     def _ingest(self, rank: _Rank, batch: Batch) -> None:
         counts = self._counts
@@ -350,6 +395,8 @@ class LiveEngine:
             raise SimulationError(f"rank {rank.rank}'s clock went back from {rank.promise_ns} ns "
                                   f"to {batch.clock_ns} ns")
         floor_ns = rank.promise_ns
+        if rank.conn is not None and self._classes.deduplicated:
+            self._check_classes(rank, batch)
         for op in batch.ops:
             if op.at_ns < floor_ns:
                 raise SimulationError(f"rank {rank.rank} sent {op} at {op.at_ns} ns, earlier than "
@@ -358,6 +405,7 @@ class LiveEngine:
             self._count_op(rank, op)
             rank.device.apply(op)
         rank.promise_ns = batch.clock_ns
+        self._feed_mirrors(rank, batch)
         if batch.exit is not None:
             rank.state = _State.FINISHED
             rank.stats = batch.exit.stats
@@ -367,8 +415,74 @@ class LiveEngine:
                                       f"than its clock had promised ({floor_ns} ns)")
             self._sync(rank, batch.sync)
 
+    # -- mirrored ranks ------------------------------------------------------------------------
+
+    def _check_classes(self, rank: _Rank, batch: Batch) -> None:
+        """A live rank's groups must fit the grid, and a witness must run its representative's
+        ops; else the run starts again with what was learned (:class:`RegroupRanks`)."""
+        classes = self._classes
+        for op in batch.ops:
+            if isinstance(op, Collective):
+                group = tuple(sorted(op.ranks))
+                if group not in self._groups:
+                    self._groups.add(group)
+                    if not classes.fits(group):
+                        raise RegroupRanks(f"rank {rank.rank} issued {op.op} on ranks "
+                                           f"{list(op.ranks)}, a group the grid "
+                                           f"{classes.outer} x {classes.replicas} x "
+                                           f"{classes.inner} does not fit",
+                                           frozenset(self._groups))
+        check = self._witness_checks.get(rank.rank)
+        if check is None:
+            return
+        problem = check.ops(rank.rank, batch.ops)
+        if problem is not None:
+            raise RegroupRanks(problem, frozenset(self._groups), wrong=classes)
+
+    def _feed_mirrors(self, rank: _Rank, message: Batch | ValueUpdate | Answered) -> None:
+        """Queue a representative's message for its mirrors; they consume it in
+        :meth:`_pump_mirrors`, outside the scheduler's callbacks."""
+        for mirror in rank.mirrors:
+            assert mirror.feed is not None
+            mirror.feed.items.append(message)
+            self._to_pump[mirror.rank] = mirror
+
+    def _pump_mirrors(self) -> bool:
+        """Pump every mirror that was fed or answered since; whether any was."""
+        pumped = bool(self._to_pump)
+        while self._to_pump:
+            mirrors = sorted(self._to_pump.items())
+            self._to_pump.clear()
+            for _, mirror in mirrors:
+                self._pump(mirror)
+        return pumped
+
+    def _pump(self, mirror: _Rank) -> None:
+        """Let ``mirror`` consume its feed as far as its state allows (a blocked mirror waits
+        for its own sync's answer; value updates are taken whatever its state)."""
+        feed = mirror.feed
+        assert feed is not None
+        while feed.items:
+            item = feed.items[0]
+            if isinstance(item, ValueUpdate):
+                feed.items.popleft()
+                self._matcher.update_values(mirror.rank, item.value_id, feed.late_values(item))
+            elif mirror.state is not _State.RUNNING:
+                return
+            elif isinstance(item, Answered):
+                feed.items.popleft()
+                mirror.promise_ns = feed.answered(item.clock_ns, mirror.promise_ns)
+            else:
+                feed.items.popleft()
+                self._ingest(mirror, feed.translate(item))
+
     def _count_op(self, rank: _Rank, op: Kernel | EventRecord | StreamWait | Collective) -> None:
         counts = self._counts
+        if rank.conn is None:
+            counts["mirrored_ops"] += 1
+            if isinstance(op, Collective):
+                rank.collectives += 1
+            return
         counts["ops"] += 1
         if isinstance(op, Kernel):
             counts["kernels"] += 1
@@ -388,6 +502,11 @@ class LiveEngine:
         self._send(self._ranks[rank], ValueDelivery(((value_id, values),)))
 
     def _send(self, rank: _Rank, message: Reply | ValueDelivery) -> None:
+        if rank.conn is None:  # a mirror: its answer is its state, its values go nowhere
+            self._to_pump[rank.rank] = rank
+            return
+        if isinstance(message, Reply) and rank.mirrors:
+            self._feed_mirrors(rank, Answered(rank.promise_ns))
         if rank.state is _State.FINISHED:
             try:  # a rank that exited may still wait for values it owes others
                 rank.conn.send(message)
@@ -445,8 +564,9 @@ class LiveEngine:
         rank.promise_ns = max(rank.promise_ns, time_ns)
         if time_ns > sync.at_ns:
             rank.blocked_ns += time_ns - sync.at_ns
-            self._blocked.append(BlockedSpan(rank.rank, sync.kind, sync.target, sync.at_ns,
-                                             time_ns))
+            if rank.conn is not None:
+                self._blocked.append(BlockedSpan(rank.rank, sync.kind, sync.target, sync.at_ns,
+                                                 time_ns))
         self._send(rank, Reply(time_ns))
 
     def _query_known(self, rank: _Rank, token: int, time_ns: int) -> None:
@@ -472,10 +592,12 @@ class LiveEngine:
     # -- simulation ---------------------------------------------------------------------------
 
     def _horizon(self) -> int:
-        """Min over running ranks' promises (querying ranks at their query time)."""
+        """Min over running ranks' promises (querying ranks at their query time). A mirror
+        that has consumed its feed promises nothing: it runs at or behind its representative,
+        whose promise counts."""
         horizon_ns = FOREVER_NS
         for rank in self._ranks:
-            if rank.state is _State.RUNNING:
+            if rank.state is _State.RUNNING and (rank.feed is None or rank.feed.items):
                 horizon_ns = min(horizon_ns, rank.promise_ns)
             elif rank.state is _State.QUERYING and rank.sync is not None:
                 horizon_ns = min(horizon_ns, rank.sync.at_ns)
@@ -485,7 +607,7 @@ class LiveEngine:
         """Simulate everything below the horizon, answering syncs and queries on the way."""
         while True:
             self._process()
-            if not self._answer_due_queries():
+            if not self._pump_mirrors() and not self._answer_due_queries():
                 return
 
     def _process(self) -> None:
@@ -546,8 +668,9 @@ class LiveEngine:
         for key in sorted(collective.members):
             member = collective.members[key]
             assert member.ready_ns is not None
-            self._member_spans.append(CollectiveSpan(member.rank, member.op.stream, member.op.op,
-                                                     member.ready_ns, end_ns, record))
+            if self._ranks[member.rank].conn is not None:  # mirrors' spans are their reps'
+                self._member_spans.append(CollectiveSpan(
+                    member.rank, member.op.stream, member.op.op, member.ready_ns, end_ns, record))
             member.done.resolve(end_ns)
 
     # -- reports ----------------------------------------------------------------------------
@@ -600,4 +723,5 @@ class LiveEngine:
             flows=sorted(flows, key=lambda f: (f.start_ns, f.end_ns, f.src, f.dst, f.nbytes)),
             counts=counts,
             network=self._backend.stats(),
+            classes=self._classes if self._classes.deduplicated else None,
         )

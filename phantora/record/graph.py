@@ -1,7 +1,8 @@
 """The execution-graph format: what every live run writes to ``DIR/graph/``.
 
 One ``meta.json`` (format name and version, world size, GPU, the rank -> GPU map, the live
-run's own results) and one ``rank<N>.jsonl`` per rank: the rank's messages to the engine in
+run's own results, the rank classes of a deduplicated run) and one ``rank<N>.jsonl`` per live
+rank (a mirrored rank replays its representative's, ``phantora.engine.mirrors``): the rank's messages to the engine in
 program order, one JSON object per line, each op with the host gap before it and its cause
 (``cpu_ns``: script CPU time since the previous host event; a sync's ``blocked_ns``: time the
 host waited in it). The records are exactly what the live engine consumed, so a replay feeds
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from phantora.engine.matching import CollectiveKey
+from phantora.engine.rank_classes import RankClasses
 from phantora.errors import ScenarioError
 from wire.messages import Collective, EventRecord, Kernel, Op, RankStats, StreamWait
 from wire.ops import P2P_OPS, IssuedOp
@@ -101,9 +103,10 @@ def stats_dict(stats: RankStats) -> dict[str, Any]:
 
 
 def write_graph(graph_dir: Path, meta: dict[str, Any],
-                ranks: Iterable[Iterable[dict[str, Any]]]) -> None:
+                ranks: Iterable[tuple[int, Iterable[dict[str, Any]]]]) -> None:
+    """``ranks``: each live rank's records."""
     graph_dir.mkdir(parents=True, exist_ok=True)
-    for rank, records in enumerate(ranks):
+    for rank, records in ranks:
         with rank_file(graph_dir, rank).open("w") as out:
             for record in records:
                 out.write(json.dumps(record, separators=(",", ":")) + "\n")
@@ -118,10 +121,17 @@ class Recording:
     path: Path
     meta: dict[str, Any]
     ranks: list[list[dict[str, Any]]]
+    """Per rank; empty for a mirrored one."""
 
     @property
     def world_size(self) -> int:
         return int(self.meta["world_size"])
+
+    @property
+    def classes(self) -> RankClasses:
+        """The run's rank classes (all live unless it was deduplicated)."""
+        grid = self.meta.get("rank_classes")
+        return RankClasses.all_live(self.world_size) if grid is None else RankClasses(*grid)
 
     def stats(self, rank: int) -> RankStats:
         return RankStats(**self.meta["rank_stats"][rank])
@@ -143,7 +153,11 @@ def load_recording(run_dir: Path) -> Recording:
     if meta.get("version") != VERSION:
         raise RecordingError(f"{meta_path}: format version {meta.get('version')!r}, this "
                              f"phantora-ns3 reads version {VERSION}; record the run again")
-    ranks = [list(_read_lines(rank_file(graph_dir, rank))) for rank in range(meta["world_size"])]
+    grid = meta.get("rank_classes")
+    classes = RankClasses.all_live(meta["world_size"]) if grid is None else RankClasses(*grid)
+    live = set(classes.live_ranks())
+    ranks = [list(_read_lines(rank_file(graph_dir, rank))) if rank in live else []
+             for rank in range(meta["world_size"])]
     return Recording(graph_dir, meta, ranks)
 
 

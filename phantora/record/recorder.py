@@ -6,12 +6,13 @@ the host gap before it (script CPU time), and each sync with the reply it got (t
 The engine is not modified: what it reads is, by construction, what is recorded.
 """
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 from phantora.engine.live import LiveResult
+from phantora.engine.rank_classes import RankClasses
 from phantora.record.graph import GRAPH_DIR, collective_key, op_record, stats_dict, write_graph
 from wire.messages import Batch, RankStats, Reply
 
@@ -82,18 +83,19 @@ class RecordingConnection:
         self._conn.send(message)
 
 
-def tap(connections: Sequence[Connection]) -> tuple[list[RecordingConnection], list[RankLog]]:
-    """Recording stand-ins for the ranks' connections, and the logs they fill."""
-    logs = [RankLog() for _ in connections]
-    return [RecordingConnection(conn, log) for conn, log in zip(connections, logs)], logs
+def tap(connections: Mapping[int, Connection]
+        ) -> tuple[dict[int, RecordingConnection], dict[int, RankLog]]:
+    """Recording stand-ins for the live ranks' connections, and the logs they fill."""
+    logs = {rank: RankLog() for rank in connections}
+    return {rank: RecordingConnection(conn, logs[rank]) for rank, conn in connections.items()}, logs
 
 
-def write_recording(out_dir: Path, logs: Sequence[RankLog], result: LiveResult,
-                    gpu: str, gpus_of_rank: Sequence[int]) -> None:
-    """``out_dir/graph``: each rank's records, collectives annotated with what the NCCL
+def write_recording(out_dir: Path, logs: Mapping[int, RankLog], result: LiveResult,
+                    gpu: str, gpus_of_rank: Sequence[int], classes: RankClasses) -> None:
+    """``out_dir/graph``: each live rank's records, collectives annotated with what the NCCL
     model chose for them (algorithm, protocol, channels, flows) and when they ran."""
     chosen = {r.key: r for r in result.collectives}
-    for log in logs:
+    for log in logs.values():
         for record in log.records:
             if record["op"] == "collective":
                 ran = chosen.get(collective_key(record))
@@ -101,9 +103,14 @@ def write_recording(out_dir: Path, logs: Sequence[RankLog], result: LiveResult,
                     record.update(algorithm=ran.algorithm, protocol=ran.protocol,
                                   channels=ran.channels, flows=ran.flows,
                                   start_ns=ran.start_ns, end_ns=ran.end_ns)
-    meta = {"world_size": len(logs), "gpu": gpu, "gpus_of_rank": list(gpus_of_rank),
+    stats = {rank: log.stats for rank, log in logs.items()}
+    meta = {"world_size": classes.world, "gpu": gpu, "gpus_of_rank": list(gpus_of_rank),
             "simulated_ns": result.simulated_ns,
             "rank_clock_ns": [rank.clock_ns for rank in result.ranks],
-            "rank_stats": [stats_dict(log.stats) for log in logs],
+            "rank_stats": [stats_dict(stats[classes.representative(rank)])
+                           for rank in range(classes.world)],
             "collectives": len(result.collectives)}
-    write_graph(out_dir / GRAPH_DIR, meta, (log.records for log in logs))
+    if classes.deduplicated:
+        meta["rank_classes"] = [classes.outer, classes.replicas, classes.inner]
+    write_graph(out_dir / GRAPH_DIR, meta,
+                ((rank, log.records) for rank, log in sorted(logs.items())))

@@ -106,22 +106,23 @@ def replay(recording: Recording, topology: Topology, system: SystemInfo, nccl: N
            overlap: OverlapModel | None) -> ReplayResult:
     """Run the recorded graph through a live engine on ``backend``; raises what the engine
     raises (a deadlock, say, if the recording was edited into an inconsistent one)."""
-    pipes = [Pipe() for _ in range(recording.world_size)]
+    classes = recording.classes
+    pipes = {rank: Pipe() for rank in classes.live_ranks()}
     drivers = [_RankDriver(rank, recording.ranks[rank], child, recording.stats(rank))
-               for rank, (_, child) in enumerate(pipes)]
+               for rank, (_, child) in pipes.items()]
     engine = LiveEngine(topology, system, nccl, backend,
-                        {rank: parent for rank, (parent, _) in enumerate(pipes)}, gpus_of_rank,
-                        coverage=coverage, overlap=overlap, record_flows=True)
+                        {rank: parent for rank, (parent, _) in pipes.items()}, gpus_of_rank,
+                        coverage=coverage, overlap=overlap, record_flows=True, classes=classes)
     for driver in drivers:
         driver.start()
     try:
         result = engine.run()
     finally:
-        for parent, child in pipes:
+        for parent, child in pipes.values():
             parent.close()
         for driver in drivers:
             driver.join(_JOIN_S)
-        for _, child in pipes:
+        for _, child in pipes.values():
             child.close()
     return ReplayResult(result, sum(d.queries_differing for d in drivers))
 

@@ -1,13 +1,16 @@
 """Runs a training-script scenario: launch the live ranks, coordinate them, collect results.
 
-The launcher (``intercept.launcher``) forks the ranks and owns their processes; the
-:class:`~phantora.engine.live.LiveEngine` answers them and drives the network. Rank 0's log is
+The launcher (``intercept.launcher``) forks the live ranks and owns their processes; the
+:class:`~phantora.engine.live.LiveEngine` answers them, mirrors the deduplicated ones
+(``phantora.engine.rank_classes``) and drives the network. A run whose rank classes prove
+wrong (:class:`~phantora.errors.RegroupRanks`) starts again with what it learned. Rank 0's log is
 echoed live through ``echo`` from a small thread (the engine's loop never waits for it).
 Whatever happens - a crash, a deadlock, Ctrl-C - every rank process is gone when this returns.
 """
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from intercept.launcher import Launcher
@@ -20,6 +23,8 @@ from phantora.compute import Coverage
 from phantora.cpu_affinity import pinned
 from phantora.engine.live import LiveEngine, LiveResult
 from phantora.engine.overlap import MEASURED_OVERLAP
+from phantora.engine.rank_classes import RankClasses
+from phantora.errors import RegroupRanks
 from phantora.network.base import NetworkBackend
 from phantora.record.recorder import tap, write_recording
 from phantora.scenario import ScriptWorkload, SimulationConfig
@@ -46,12 +51,55 @@ def program_of(workload: ScriptWorkload) -> Program:
                    workdir=None if workload.workdir is None else Path(workload.workdir))
 
 
+@dataclass(frozen=True)
+class ScriptRun:
+    result: LiveResult
+    coverage: Coverage
+    backend: NetworkBackend
+    """The network the result ran on (a fresh one after a regroup; the caller closes it)."""
+    regroups: list[str]
+    """Why the run started again with other rank classes."""
+
+
 def run_script(workload: ScriptWorkload, simulation: SimulationConfig, topology: Topology,
                gpu: GpuSpec, nccl: NcclConfig, backend: NetworkBackend, out_dir: Path,
-               echo: Callable[[str], None], seed: int = 0) -> tuple[LiveResult, Coverage]:
+               echo: Callable[[str], None], seed: int = 0,
+               new_backend: Callable[[], NetworkBackend] | None = None,
+               note: Callable[[str], None] | None = None) -> ScriptRun:
     """Run the script on every rank to completion (``seed``: the value model's) and record its
     execution graph to ``out_dir/graph`` (:mod:`.recorder`); raises DeadlockError /
-    RankCrashed."""
+    RankCrashed. A run that starts again (:class:`RegroupRanks`) closes ``backend`` and runs
+    on ``new_backend()``; without it, every rank runs live from the start. ``note`` tells the
+    user about rank deduplication (default ``echo``)."""
+    note = note or echo
+    world = workload.world_size
+    classes = RankClasses.choose(world) if simulation.dedup == "auto" and new_backend else \
+        RankClasses.all_live(world)
+    wrong: list[RankClasses] = []
+    regroups: list[str] = []
+    while True:
+        if classes.deduplicated:
+            note(f"rank deduplication: {classes.describe()}")
+        try:
+            result, coverage = _run_once(workload, simulation, topology, gpu, nccl,
+                                         backend, out_dir, echo, seed, classes)
+            return ScriptRun(result, coverage, backend, regroups)
+        except RegroupRanks as regroup:
+            assert new_backend is not None
+            if isinstance(regroup.wrong, RankClasses):
+                wrong.append(regroup.wrong)
+            classes = RankClasses.choose(world, regroup.groups, wrong)
+            backend.close()
+            backend = new_backend()
+            regroups.append(regroup.reason)
+            note(f"rank deduplication: {regroup.reason}; starting again with "
+                 f"{classes.describe()}")
+
+
+def _run_once(workload: ScriptWorkload, simulation: SimulationConfig, topology: Topology,
+              gpu: GpuSpec, nccl: NcclConfig, backend: NetworkBackend, out_dir: Path,
+              echo: Callable[[str], None], seed: int, classes: RankClasses
+              ) -> tuple[LiveResult, Coverage]:
     coverage = Coverage(gpu)
     args = [arg.replace(OUT_PLACEHOLDER, str(out_dir)) for arg in workload.args]
     launcher = Launcher(program_of(workload), args, workload.env, workload.world_size,
@@ -62,7 +110,8 @@ def run_script(workload: ScriptWorkload, simulation: SimulationConfig, topology:
                         else None,
                         host_cpu=None if simulation.reproducible else simulation.host_cpu,
                         values=ValuePolicy(Routing.parse(simulation.routing), seed,
-                                           simulation.unknown_shapes))
+                                           simulation.unknown_shapes),
+                        ranks=classes.live_ranks())
     stop_echo = threading.Event()
     with pinned(simulation.cpus), launcher:
         tail = launcher.tail(0)
@@ -73,11 +122,12 @@ def run_script(workload: ScriptWorkload, simulation: SimulationConfig, topology:
             connections, logs = tap(launcher.connections)
             gpus = gpus_of_ranks(workload, topology.gpus_per_host)
             engine = LiveEngine(topology, SystemInfo.from_topology(topology, gpu), nccl, backend,
-                                dict(enumerate(connections)), gpus,  # type: ignore[arg-type]
+                                connections, gpus,  # type: ignore[arg-type]
                                 coverage=coverage, record_flows=True,
-                                overlap=MEASURED_OVERLAP if simulation.overlap_slowdown else None)
+                                overlap=MEASURED_OVERLAP if simulation.overlap_slowdown else None,
+                                classes=classes)
             result = engine.run()
-            write_recording(out_dir, logs, result, gpu.name, gpus)
+            write_recording(out_dir, logs, result, gpu.name, gpus, classes)
         finally:
             stop_echo.set()
             echo_thread.join()

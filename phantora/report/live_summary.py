@@ -38,10 +38,17 @@ def fill_live_summary(summary: Summary, result: LiveResult, coverage: Coverage |
     if coverage is not None:
         summary.compute_coverage = coverage.to_dict()
     summary.counts = dict(result.counts)
+    classes = result.classes
+    live = result.ranks if classes is None else \
+        [result.ranks[rank] for rank in classes.live_ranks()]
+    if classes is not None:
+        summary.dedup.update(grid=[classes.outer, classes.replicas, classes.inner],
+                             live_ranks=classes.live_ranks(),
+                             mirrored_ranks={str(m): r for m, r in classes.mirrors().items()})
     ns3_s = float(backend.stats().extra.get("inter.run_cpu_s", 0.0))
-    summary.cpu_seconds = {
-        "ranks_script": round(sum(r.script_cpu_ns for r in result.ranks) / 1e9, 3),
-        "ranks_simulator": round(sum(r.simulator_cpu_ns for r in result.ranks) / 1e9, 3),
+    summary.cpu_seconds = {  # the processes that ran: mirrors' stats are their representatives'
+        "ranks_script": round(sum(r.script_cpu_ns for r in live) / 1e9, 3),
+        "ranks_simulator": round(sum(r.simulator_cpu_ns for r in live) / 1e9, 3),
         "coordinator": round(time.process_time() - ns3_s, 3),
         "ns3": round(ns3_s, 3)}
     summary.simulated_ns = result.simulated_ns

@@ -55,6 +55,10 @@ class Summary:
     work, counted in virtual time), ``ranks_simulator`` (fake execution, kernel recording and
     messaging inside the ranks), ``coordinator`` (engine, collective planning, NVLink model)
     and ``ns3`` (packet-level fabric)."""
+    dedup: dict[str, Any] = field(default_factory=dict)
+    """Live runs only: ``grid`` (outer x replicas x inner), ``live_ranks``, ``mirrored_ranks``
+    (rank -> the representative it mirrors) and ``regroups`` (why a run started again with
+    other classes; ``phantora.engine.rank_classes``)."""
     network: dict[str, Any] = field(default_factory=dict)
     simulated_ns: int = 0
     wall_seconds: dict[str, float] = field(default_factory=dict)

@@ -169,6 +169,8 @@ class SimulationConfig(_Resolved):
     """``error | half``: what a data-dependent shape of unknown values does."""
     cpus: int
     """How many of this machine's CPUs the coordinator and the ranks run on."""
+    dedup: str
+    """``auto | off``: whether data-parallel replicas are mirrored (``phantora.engine.rank_classes``)."""
 
 
 Workload = Annotated[CollectivesWorkload | ScriptWorkload, Field(discriminator="kind")]

@@ -89,6 +89,7 @@ def resolve_scenario(spec: ScenarioSpec, source: str) -> Scenario:
                         overlap_slowdown=spec.simulation.overlap_slowdown,
                         routing=routing,
                         unknown_shapes=spec.simulation.unknown_shapes,
+                        dedup=spec.simulation.dedup,
                         cpus=_given(spec.simulation.cpus, default_cpus(
                             workload.world_size if isinstance(workload, ScriptWorkload)
                             else 1))))

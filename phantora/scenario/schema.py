@@ -175,6 +175,13 @@ CollectiveBytes = Annotated[Bytes, AfterValidator(_at_least_one_byte)]
 QueueBytes = Annotated[Bytes, AfterValidator(_fits_ns3_queue)]
 Choice = BeforeValidator(_lower)
 
+
+def _yaml_switch(value: object) -> object:
+    """YAML reads a bare ``off`` as false (and ``on`` as true): take them as written."""
+    if isinstance(value, bool):
+        return "auto" if value else "off"
+    return value
+
 DEFAULT_LINK_LATENCY_NS = 500
 DEFAULT_SWITCH_BUFFER_BYTES = 4 * 2**20
 DEFAULT_MTU_BYTES = 9000
@@ -424,6 +431,11 @@ class SimulationSpec(_Section):
     """How many of this machine's CPUs a live script's simulation (coordinator and ranks) runs
     on; default 1 for a single rank on a machine with at most 2 CPUs (whose CPUs slow each
     other, which would show in the measured host time: phantora/cpu_affinity.py), else all."""
+    dedup: Annotated[Literal["auto", "off"], BeforeValidator(_yaml_switch)] = "auto"
+    """auto: data-parallel replicas run as one live rank per class (plus one live witness
+    checked against it), the others mirror it on their own GPU and groups
+    (phantora/engine/rank_classes.py); a wrong guess reruns with better classes. off: every
+    rank runs live."""
 
 
 class ScenarioSpec(_Section):
@@ -442,4 +454,4 @@ class ScenarioSpec(_Section):
     workload.module."""
     simulation: SimulationSpec = SimulationSpec()
     """Timing and values of live scripts: reproducible, cpu_time_per_op, host_cpu,
-    overlap_slowdown, routing, unknown_shapes, cpus."""
+    overlap_slowdown, routing, unknown_shapes, cpus, dedup."""

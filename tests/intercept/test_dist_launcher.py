@@ -50,8 +50,8 @@ def write_script(folder: Path, body: str, name: str = "train.py") -> Path:
 def drain(launcher: Launcher, timeout_s: float = 60.0) -> dict[int, list[Batch]]:
     """Play the coordinator until every rank has sent its Exit (or closed): answer each sync
     with its own time, return each rank's batches."""
-    batches: dict[int, list[Batch]] = {rank: [] for rank in range(len(launcher.connections))}
-    open_conns = {conn: rank for rank, conn in enumerate(launcher.connections)}
+    batches: dict[int, list[Batch]] = {rank: [] for rank in launcher.connections}
+    open_conns = {conn: rank for rank, conn in launcher.connections.items()}
     deadline = time.monotonic() + timeout_s
     while open_conns:
         ready = wait(list(open_conns), max(deadline - time.monotonic(), 0))
@@ -183,7 +183,7 @@ def test_close_kills_running_ranks_and_their_children(tmp_path: Path) -> None:
     finally:
         launcher.close()
     assert all(gone(pid) for pid in [*launcher.pids.values(), child])
-    assert launcher.connections == []
+    assert launcher.connections == {}
 
 
 def test_the_fork_server_and_ranks_die_with_the_coordinator(tmp_path: Path) -> None:

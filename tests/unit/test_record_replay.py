@@ -11,6 +11,7 @@ import pytest
 from phantora.cluster.catalogue import lookup_gpu
 from phantora.collectives import NcclConfig, SystemInfo
 from phantora.engine.live import LiveEngine, LiveResult
+from phantora.engine.rank_classes import RankClasses
 from phantora.errors import RankCrashed
 from phantora.network.base import NetworkBackend
 from phantora.record.graph import VERSION, Recording, RecordingError, load_recording
@@ -20,29 +21,32 @@ from tests.unit.fixed_rate import FixedRateBackend
 from tests.unit.test_live_engine import NCCL_STREAM, Script, ScriptedRank, make_topology
 
 
-def record(scripts: Sequence[Script], backend: NetworkBackend, out: Path) -> LiveResult:
-    """Run ``scripts`` live through tapped connections and write the recording to ``out``."""
+def record(scripts: Sequence[Script], backend: NetworkBackend, out: Path,
+           classes: RankClasses | None = None) -> LiveResult:
+    """Run ``scripts`` live through tapped connections (only the live ranks' when ``classes``
+    deduplicates them) and write the recording to ``out``."""
     topology = make_topology(len(scripts))
-    pipes = [Pipe() for _ in scripts]
-    ranks = [ScriptedRank(rank, child) for rank, (_, child) in enumerate(pipes)]
+    classes = classes or RankClasses.all_live(len(scripts))
+    pipes = {rank: Pipe() for rank in classes.live_ranks()}
+    ranks = [ScriptedRank(rank, child) for rank, (_, child) in pipes.items()]
 
     def body(script: Script, rank: ScriptedRank) -> None:
         script(rank)
         rank.exit()
 
-    threads = [threading.Thread(target=body, args=pair, daemon=True)
-               for pair in zip(scripts, ranks)]
-    connections, logs = tap([parent for parent, _ in pipes])
+    threads = [threading.Thread(target=body, args=(scripts[rank.rank], rank), daemon=True)
+               for rank in ranks]
+    connections, logs = tap({rank: parent for rank, (parent, _) in pipes.items()})
     system = SystemInfo.from_topology(topology, lookup_gpu("h100"))
     engine = LiveEngine(topology, system, NcclConfig(), backend,
-                        dict(enumerate(connections)),  # type: ignore[arg-type]
-                        list(range(len(scripts))))
+                        connections,  # type: ignore[arg-type]
+                        list(range(len(scripts))), classes=classes)
     for thread in threads:
         thread.start()
     result = engine.run()
     for thread in threads:
         thread.join(5)
-    write_recording(out, logs, result, "h100", list(range(len(scripts))))
+    write_recording(out, logs, result, "h100", list(range(len(scripts))), classes)
     return result
 
 
@@ -138,3 +142,21 @@ def test_a_truncated_rank_stops_the_replay_with_its_reason(tmp_path: Path) -> No
     rank0.write_text("".join(rank0.read_text().splitlines(keepends=True)[:-1]))  # no exit
     with pytest.raises(RankCrashed, match="without an 'exit' record"):
         replay_on(tmp_path, FixedRateBackend(gbps=100.0, latency_ns=500))
+
+
+def test_a_deduplicated_run_replays_with_its_mirrors(tmp_path: Path) -> None:
+    def step(r: ScriptedRank) -> None:
+        for _ in range(2):
+            r.kernel(50_000)
+            r.collective("all_reduce", range(8), 8 << 20, stream=0)  # after the kernel
+            r.cpu(7_000)
+            r.sync()
+
+    classes = RankClasses(1, 8, 1)
+    live = record([step] * 8, FixedRateBackend(gbps=100.0, latency_ns=500), tmp_path, classes)
+    assert sorted(p.name for p in (tmp_path / "graph").glob("rank*.jsonl")) == \
+        ["rank0.jsonl", "rank7.jsonl"]
+    recording, replayed = replay_on(tmp_path, FixedRateBackend(gbps=100.0, latency_ns=500))
+    assert recording.classes == classes
+    assert [r.clock_ns for r in replayed.result.ranks] == [r.clock_ns for r in live.ranks]
+    assert len(replayed.result.collectives) == len(live.collectives) == 2

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from phantora.errors import MissingDependencyError
-from phantora.record.graph import GPU_OPS, Recording
+from phantora.record.graph import GPU_OPS, Recording, RecordingError
 from wire.ops import P2P_OPS, IssuedOp
 
 CHAKRA_VERSION = "0.0.4"
@@ -184,6 +184,10 @@ def comm_groups(recording: Recording) -> dict[tuple[int, ...], str]:
 
 def export_chakra(recording: Recording, out_dir: Path, prefix: str = "trace") -> list[Path]:
     """Write the ETs and ``comm_group.json`` to ``out_dir``; the paths written."""
+    if recording.classes.deduplicated:
+        raise RecordingError(
+            f"{recording.path}: {recording.classes.describe()}; a Chakra export needs every "
+            "rank's own records: run the scenario again with simulation.dedup: off")
     pb = proto()
     out_dir.mkdir(parents=True, exist_ok=True)
     groups = comm_groups(recording)

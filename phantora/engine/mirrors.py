@@ -1,0 +1,212 @@
+"""Mirrored ranks: a representative's messages replayed on another rank's GPU and groups.
+
+A mirror (``phantora.engine.rank_classes``) has no process. It consumes its representative's
+batches, value updates and sync answers in the order they happened, with every collective
+moved to the groups the mirror belongs to, and times shifted by its *lag*: how far its host
+runs behind the representative's. Its own GPU, streams and network place are simulated as a
+live rank's are, so its collectives' flows and its syncs' waits are its own. The lag never
+goes negative: a mirror's host cannot issue an op before its representative has, since only
+then is the op known; a mirror whose GPU finished first waits for its representative.
+
+A witness runs live; :class:`WitnessCheck` compares its GPU ops with its representative's,
+so that ranks whose programs differ (a pipeline stage, a rank-dependent branch) are caught
+instead of mirrored wrongly. Kernel durations and collective sizes are not compared: they may
+follow data (MoE routing, uneven shards), and mirrors take their representative's. Nor are
+copies to the host: rank 0 alone reading its loss for a log line is the rule, and the
+mirrors of rank 0 read theirs too (a collective waits for its slowest member, which is the
+logging rank whether or not the others log).
+"""
+
+from collections import deque
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from phantora.compute.spec import MEMCPY_DTOH
+from phantora.engine.rank_classes import RankClasses
+from wire.messages import (
+    Batch,
+    Collective,
+    EventRecord,
+    Kernel,
+    Op,
+    StreamWait,
+    ValuePayload,
+    ValueUpdate,
+)
+from wire.ops import P2P_OPS
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """The representative's sync or query was answered; its clock is then ``clock_ns``."""
+
+    clock_ns: int
+
+
+FeedItem = Batch | ValueUpdate | Answered
+
+
+class MirrorFeed:
+    """What one mirror has still to consume of its representative's messages."""
+
+    def __init__(self, classes: RankClasses, mirror: int, representative: int) -> None:
+        self.classes = classes
+        self.mirror = mirror
+        self.representative = representative
+        self.shift = classes.replica(mirror) - classes.replica(representative)
+        self.items: deque[FeedItem] = deque()
+        self.lag_ns = 0
+        """The mirror's clock minus its representative's, since their last answered sync."""
+        self._pending_orders: dict[int, tuple[list[int], tuple[int, ...]]] = {}
+        """value id -> (group order, element splits) of a pending valued all_to_allv."""
+
+    def translate(self, batch: Batch) -> Batch:
+        """The representative's batch as the mirror sends it."""
+        lag = self.lag_ns
+        ops = [self._translate_op(op, lag) for op in batch.ops]
+        sync = batch.sync if batch.sync is None or not lag else \
+            replace(batch.sync, at_ns=batch.sync.at_ns + lag)
+        return Batch(batch.clock_ns + lag, ops, sync, batch.exit)
+
+    def answered(self, representative_clock_ns: int, mirror_clock_ns: int) -> int:
+        """Both answered the same sync: the new lag; returns the mirror's clock from now on."""
+        self.lag_ns = max(0, mirror_clock_ns - representative_clock_ns)
+        return representative_clock_ns + self.lag_ns
+
+    def late_values(self, update: ValueUpdate) -> "np.ndarray | None":
+        """The representative's late input values (:class:`ValueUpdate`) as the mirror's."""
+        found = self._pending_orders.pop(update.value_id, None)
+        if found is None or update.data is None:
+            return update.data
+        order, splits = found
+        return _permuted_data(update.data, splits, order)
+
+    def _translate_op(self, op: Op, lag: int) -> Op:
+        if isinstance(op, Collective):
+            return self._translate_collective(op, lag)
+        if not lag:
+            return op  # frozen: shared with the representative's device
+        return replace(op, at_ns=op.at_ns + lag)
+
+    def _translate_collective(self, op: Collective, lag: int) -> Collective:
+        classes, shift = self.classes, self.shift
+        moved = tuple(classes.shifted(rank, shift) for rank in op.ranks)
+        if op.op in P2P_OPS:
+            return replace(op, at_ns=op.at_ns + lag, group=f"{op.group}+{shift}", ranks=moved,
+                           values=_mirrored_values(op.values, None))
+        if set(moved) != set(op.ranks):  # a slice of the representative's replica: its twin
+            return replace(op, at_ns=op.at_ns + lag, group=f"{op.group}+{shift}", ranks=moved,
+                           values=_mirrored_values(op.values, None))
+        # The same group (a data-parallel one): the mirror sits elsewhere in it, so a row of
+        # per-destination sizes moves with it.
+        order = [op.ranks.index(rank) for rank in moved]
+        splits = None if op.splits is None else _permuted(op.splits, order)
+        values = op.values
+        if values is not None and values.pending and values.splits is not None:
+            self._pending_orders[values.value_id] = (order, values.splits)
+        return replace(op, at_ns=op.at_ns + lag, splits=splits,
+                       values=_mirrored_values(op.values, order))
+
+
+def _permuted(row: tuple[int, ...], order: list[int]) -> tuple[int, ...]:
+    """``row[j]`` went to group rank ``j``; the mirror sends it to group rank ``order[j]``."""
+    moved = [0] * len(row)
+    for j, size in enumerate(row):
+        moved[order[j]] = size
+    return tuple(moved)
+
+
+def _mirrored_values(values: ValuePayload | None, order: list[int] | None
+                     ) -> ValuePayload | None:
+    """The representative's input values as the mirror's (it wants none back)."""
+    if values is None:
+        return None
+    if order is None or values.splits is None or values.data is None:
+        return replace(values, want=False)
+    return replace(values, want=False, splits=_permuted(values.splits, order),
+                   data=_permuted_data(values.data, values.splits, order))
+
+
+def _permuted_data(data: "np.ndarray", splits: tuple[int, ...], order: list[int]
+                   ) -> "np.ndarray":
+    """Flat values, ``splits[j]`` of them for group rank ``j``, reordered as :func:`_permuted`."""
+    import numpy as np  # noqa: PLC0415 - only valued all_to_allv need it
+
+    chunks: list[np.ndarray] = [data[:0]] * len(order)
+    offset = 0
+    for j, count in enumerate(splits):
+        chunks[order[j]] = data[offset:offset + count]
+        offset += count
+    return np.concatenate(chunks)
+
+
+Signature = tuple[object, ...]
+
+
+def _signature(op: Op, classes: RankClasses, shift: int) -> Signature:
+    """What must agree between a representative's op and its witness's (``shift`` moves the
+    witness's groups back to the representative's replica)."""
+    if isinstance(op, Kernel):
+        return ("kernel", op.name, "on stream", op.stream)
+    if isinstance(op, EventRecord):
+        return ("event record", "on stream", op.stream)
+    if isinstance(op, StreamWait):
+        return ("stream wait", "on stream", op.stream)
+    ranks = [classes.shifted(rank, shift) for rank in op.ranks]
+    members: object = tuple(ranks) if op.op in P2P_OPS else tuple(sorted(ranks))
+    return (str(op.op), "on stream", op.stream, "ranks", members)
+
+
+class WitnessCheck:
+    """A representative's and its witness's GPU ops, compared in program order."""
+
+    def __init__(self, classes: RankClasses, representative: int, witness: int) -> None:
+        self.classes = classes
+        self.representative = representative
+        self.witness = witness
+        self._back = classes.replica(representative) - classes.replica(witness)
+        self._ahead: deque[Signature] = deque()
+        self._rep_ahead = True
+        self._matched = 0
+
+    def ops(self, rank: int, ops: list[Op]) -> str | None:
+        """Feed ``rank``'s ops (the representative's or the witness's); a description of the
+        first disagreement, if any."""
+        from_rep = rank == self.representative
+        shift = 0 if from_rep else self._back
+        for op in ops:
+            if isinstance(op, Kernel) and op.name == MEMCPY_DTOH:
+                continue
+            signature = _signature(op, self.classes, shift)
+            if not self._ahead or self._rep_ahead == from_rep:
+                self._rep_ahead = from_rep
+                self._ahead.append(signature)
+                continue
+            expected = self._ahead.popleft()
+            if expected != signature:
+                rep_sig, witness_sig = (signature, expected) if from_rep else \
+                    (expected, signature)
+                return (f"rank {self.witness} ran other GPU ops than rank {self.representative}"
+                        f", whose replica it is: its GPU op #{self._matched + 1} is "
+                        f"{_describe(witness_sig)}, rank {self.representative}'s is "
+                        f"{_describe(rep_sig)}")
+            self._matched += 1
+        return None
+
+    def ended(self) -> str | None:
+        """Both exited: whatever one ran beyond the other is a disagreement."""
+        if not self._ahead:
+            return None
+        longer, shorter = (self.representative, self.witness) if self._rep_ahead else \
+            (self.witness, self.representative)
+        return (f"rank {shorter} exited after {self._matched} GPU ops, but rank {longer} "
+                f"(same replica class) went on with {_describe(self._ahead[0])} and "
+                f"{len(self._ahead) - 1} more")
+
+
+def _describe(signature: Signature) -> str:
+    return " ".join(str(part) for part in signature)
+
