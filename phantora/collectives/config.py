@@ -75,6 +75,11 @@ class NcclConfig:
     """Not an NCCL knob: the most flows one collective may become. Above it, consecutive ring
     steps (or pipeline chunks) are merged into fewer, larger flows. The default keeps the
     64-GPU ring all-reduce (8 rails x 64 ranks x 126 steps + PXN hops = 72.6k) unmerged."""
+    stepwise_ring_ranks: int = 64
+    """Not an NCCL knob: rings of at most this many ranks are laid out step by step (merged
+    only above ``flow_budget``); longer rings as one block of all steps per rank, its data
+    delivered no earlier than the steps' chain latency (``ring._emit_ring``): O(ranks) flows,
+    within 3.3% of the step-by-step DAG on 64 and 128 H100s (scripts/bench_network_scale.py)."""
 
     def __post_init__(self) -> None:
         for name in ("min_channels", "max_channels"):
@@ -91,6 +96,9 @@ class NcclConfig:
             raise ValueError("NcclConfig.protocols is empty; leave it None to allow all")
         if self.flow_budget < 1:
             raise ValueError(f"NcclConfig.flow_budget is {self.flow_budget}; it must be >= 1")
+        if self.stepwise_ring_ranks < 2:
+            raise ValueError(f"NcclConfig.stepwise_ring_ranks is {self.stepwise_ring_ranks}; "
+                             "it must be >= 2")
 
     @classmethod
     def make(cls, algorithms: Iterable[Algorithm | str] | str | None = None,

@@ -43,7 +43,7 @@ def plan_collective(request: CollectiveRequest, system: SystemInfo,
         return _plan_p2p(request, comm, model, config, calibration)
     choice = model.select(request.op, request.nbytes, config)
     writer = _writer(comm, model, calibration, request.op, choice, request.nbytes)
-    _lay_out(writer, comm, model, request, choice, config.flow_budget)
+    _lay_out(writer, comm, model, request, choice, config)
     dag = writer.dag
     dag.algorithm, dag.protocol, dag.channels = (choice.algorithm.value, choice.protocol.value,
                                                  choice.n_channels)
@@ -98,8 +98,9 @@ def _writer(comm: Comm, model: TuningModel, calibration: Calibration, op: Collec
 
 
 def _lay_out(writer: FlowWriter, comm: Comm, model: TuningModel, request: CollectiveRequest,
-             choice: Choice, budget: int) -> None:
+             choice: Choice, config: NcclConfig) -> None:
     op, nbytes, dtype = request.op, request.nbytes, request.dtype_bytes
+    budget = config.flow_budget
     graphs = model.graphs
     if choice.algorithm is Algorithm.NVLS:
         nvls_all_reduce(writer, comm, nbytes)
@@ -115,7 +116,8 @@ def _lay_out(writer: FlowWriter, comm: Comm, model: TuningModel, request: Collec
                    graphs.ring.n_channels, chunk, budget)
     else:
         ring_collective(writer, comm, op, nbytes, dtype, choice.n_channels,
-                        graphs.ring.n_channels, budget)
+                        graphs.ring.n_channels, budget,
+                        stepwise=comm.nranks <= config.stepwise_ring_ranks)
 
 
 def _plan_p2p(request: CollectiveRequest, comm: Comm, model: TuningModel, config: NcclConfig,

@@ -17,12 +17,16 @@ on a rail-optimized fabric's rail switch.
 NB: one flow per (ring, rank, step): a step carries that rank's chunks of every loop of
 every channel in the ring (NCCL splits them into loops of ``nChannels x n x chunkSize`` and
 slices of ``NCCL_STEPS`` slots; the links see the same bytes, only the overlap of loops
-inside a step is lost). Channels on the same ring take identical paths and are one flow
-carrying their summed bytes (NCCL's duplicated channels: ``c`` and ``c + nSearch``).
+inside a step is lost). Long rings (``NcclConfig.stepwise_ring_ranks``) and rings over the
+flow budget merge consecutive steps into blocks (see :func:`_emit_ring`): a 1024-rank ring
+is 1023 steps of 1024 flows, too many to simulate per collective. Channels on the same
+ring take identical paths and are one flow carrying their summed bytes (NCCL's duplicated
+channels: ``c`` and ``c + nSearch``).
 """
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import accumulate
 from math import ceil
 
 from phantora.collectives.chunking import plan_pipeline, split_even
@@ -66,23 +70,30 @@ def _ring_order(comm: Comm, search_channel: int
     return tuple(order), tuple(via)
 
 
-StepBytes = Callable[[int, int], int]
-"""``(position, step) -> payload bytes`` a ring position sends at a step."""
+StepBytes = Callable[[int, int, int], int]
+"""``(position, first, stop) -> payload bytes`` a ring position sends over steps
+``first .. stop-1``."""
 
 
 def ring_collective(writer: FlowWriter, comm: Comm, op: CollectiveOp, nbytes: int,
-                    dtype_bytes: int, n_channels: int, n_search: int, budget: int) -> None:
-    """all_reduce / all_gather / reduce_scatter on every ring, one flow per rank and step."""
+                    dtype_bytes: int, n_channels: int, n_search: int, budget: int, *,
+                    stepwise: bool = True) -> None:
+    """all_reduce / all_gather / reduce_scatter on every ring: one flow per rank and step
+    (``stepwise``, steps merged only above ``budget``), else one block of all steps."""
     rings = build_rings(comm, n_channels, n_search)
     n = comm.nranks
     nsteps = 2 * (n - 1) if op is CollectiveOp.ALL_REDUCE else n - 1
     flows_per_step = sum(n + _pxn_legs(ring) for ring in rings)
-    # Steps per flow: as few as the budget allows (one block per ring at the very least).
-    merge = ceil(nsteps / max(1, budget // flows_per_step))
+    # Steps per flow: as few as the budget allows (one block per ring at the very least);
+    # merged blocks add a zero-byte hold per rank and ring.
+    blocks = budget // flows_per_step if stepwise else 1
+    if stepwise and blocks < nsteps:
+        blocks = budget // (flows_per_step + n * len(rings))
+    merge = ceil(nsteps / max(1, blocks))
     # Elements of each channel (all_reduce) or of each rank's shard per channel (AG/RS).
     channel_elems = split_even(nbytes // dtype_bytes, n_channels)
+    group_rank = {gpu: rank for rank, gpu in enumerate(comm.ranks)}
     for ring in rings:
-        rank_at = [comm.rank_of(gpu) for gpu in ring.order]
         if op is CollectiveOp.ALL_REDUCE:
             # Chunk q of a channel is reduced at position q; sizes summed over the ring's channels.
             chunk = [0] * n
@@ -96,28 +107,51 @@ def ring_collective(writer: FlowWriter, comm: Comm, op: CollectiveOp, nbytes: in
             for r, elems in enumerate(split_even(nbytes // dtype_bytes, n)):
                 parts = split_even(elems, n_channels)
                 shard[r] = sum(parts[c] for c in ring.channels) * dtype_bytes
-            by_position = [shard[r] for r in rank_at]
-            step_bytes = (_all_gather_steps(by_position, n) if op is CollectiveOp.ALL_GATHER
-                          else _reduce_scatter_steps(by_position, n))
+            by_position = [shard[group_rank[gpu]] for gpu in ring.order]
+            step_bytes = (_all_gather_steps(by_position) if op is CollectiveOp.ALL_GATHER
+                          else _reduce_scatter_steps(by_position))
         _emit_ring(writer, ring, nsteps, merge, step_bytes)
 
 
+def _window_sums(values: list[int]) -> Callable[[int, int], int]:
+    """``(start, count) -> sum(values[i % n] for i in range(start, start + count))`` in O(1):
+    merged ring steps sum runs of consecutive chunks (or hop latencies) around the ring."""
+    n = len(values)
+    prefix = list(accumulate(values + values, initial=0))
+
+    def window(start: int, count: int) -> int:
+        laps, rest = divmod(count, n)
+        first = start % n
+        return laps * prefix[n] + prefix[first + rest] - prefix[first]
+    return window
+
+
 def _all_reduce_steps(chunk: list[int], n: int) -> StepBytes:
-    def step_bytes(p: int, s: int) -> int:
-        # Reduce-scatter step s: position p sends chunk p-1-s (partial sums) to p+1;
+    window = _window_sums(chunk)
+
+    def step_bytes(p: int, first: int, stop: int) -> int:
+        # Reduce-scatter step s < n-1: position p sends chunk p-1-s (partial sums) to p+1;
         # all-gather step t = s-(n-1): it sends chunk p-t (final values).
-        return chunk[(p - 1 - s) % n] if s < n - 1 else chunk[(p - (s - (n - 1))) % n]
+        scatter_stop, gather_first = min(stop, n - 1), max(first, n - 1)
+        total = 0
+        if first < scatter_stop:
+            total += window(p - scatter_stop, scatter_stop - first)
+        if gather_first < stop:
+            total += window(p - (stop - n), stop - gather_first)
+        return total
     return step_bytes
 
 
-def _all_gather_steps(shard: list[int], n: int) -> StepBytes:
+def _all_gather_steps(shard: list[int]) -> StepBytes:
     # Step s: position p forwards the shard that started at position p-s.
-    return lambda p, s: shard[(p - s) % n]
+    window = _window_sums(shard)
+    return lambda p, first, stop: window(p - stop + 1, stop - first)
 
 
-def _reduce_scatter_steps(shard: list[int], n: int) -> StepBytes:
+def _reduce_scatter_steps(shard: list[int]) -> StepBytes:
     # Step s: position p sends the partial sum of the shard position p-1-s ends up with.
-    return lambda p, s: shard[(p - 1 - s) % n]
+    window = _window_sums(shard)
+    return lambda p, first, stop: window(p - stop, stop - first)
 
 
 def _pxn_legs(ring: Ring) -> int:
@@ -127,18 +161,28 @@ def _pxn_legs(ring: Ring) -> int:
 def _emit_ring(writer: FlowWriter, ring: Ring, nsteps: int, merge: int,
                step_bytes: StepBytes) -> None:
     """Per step block and position: a flow to the next position after the previous block's
-    arrival at this position (merged blocks of ``merge`` steps only above the flow budget)."""
+    arrival at this position (merged blocks of ``merge`` steps only above the flow budget).
+
+    NB: a merged block stands for ``merge`` pipelined steps: its flows pay one step's latency
+    and a zero-byte flow holds its delivery until the step latencies of the hops the exact
+    ring's dependency chain crosses in those steps (step s at p waits for step s-1 at p-1:
+    the ``merge`` hops ending at p) have passed. Latency thus overlaps transmission, as it
+    does in the unmerged ring where other rings fill a link while one waits.
+    """
     n = len(ring.order)
+    hop_latency = _window_sums([writer.hop_ns(ring.order[p], ring.order[(p + 1) % n])
+                                for p in range(n)])
     arrived: list[tuple[int, ...]] = [()] * n
     for first in range(0, nsteps, merge):
-        steps = range(first, min(first + merge, nsteps))
+        stop = min(first + merge, nsteps)
         delivered: list[tuple[int, ...]] = [()] * n
         for p in range(n):
-            # Chunk(s) of steps `steps` from ring.order[p] to ring.order[p+1].
-            payload = sum(step_bytes(p, s) for s in steps)
+            # Chunk(s) of steps first..stop-1 from ring.order[p] to ring.order[p+1].
+            steps = stop - first
+            chain_ns = hop_latency(p - steps + 1, steps) if merge > 1 else None
             delivered[(p + 1) % n] = writer.relay(
-                ring.order[p], ring.order[(p + 1) % n], payload, ring.tag, arrived[p],
-                hops=len(steps), via=ring.via[p])
+                ring.order[p], ring.order[(p + 1) % n], step_bytes(p, first, stop), ring.tag,
+                arrived[p], ring.via[p], chain_ns)
         arrived = delivered
 
 
@@ -174,5 +218,4 @@ def _emit_chain(writer: FlowWriter, chain: tuple[GpuId, ...], via: tuple[GpuId |
             if i + 1 < n_hops and k >= window:
                 deps += sent[i + 1][k - window]
             # Piece k (payload bytes) from chain[i] to chain[i+1].
-            sent[i].append(writer.relay(chain[i], chain[i + 1], payload, tag, deps,
-                                        via=via[i]))
+            sent[i].append(writer.relay(chain[i], chain[i + 1], payload, tag, deps, via[i]))

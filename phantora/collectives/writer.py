@@ -29,33 +29,46 @@ class FlowWriter:
     """NCCL's latency terms for the chosen algorithm and protocol (size factor applied)."""
     dag: FlowDag = field(default_factory=FlowDag)
 
-    def send(self, src: GpuId, dst: GpuId, payload: int, tag: int, deps: Sequence[int] = (),
-             hops: int = 1) -> int:
-        """One flow carrying ``payload`` bytes over ``hops`` merged protocol steps."""
-        delay_ns = self._hop_delay_ns(src, dst, hops) - self.system.hop_latency_ns(src, dst)
-        return self._add(src, dst, payload, tag, deps, delay_ns)
+    def hop_ns(self, src: GpuId, dst: GpuId) -> int:
+        """NCCL's latency of one protocol step from ``src`` to ``dst``, propagation included."""
+        same_host = self.system.host_of(src) == self.system.host_of(dst)
+        return round((self.latency.intra_us if same_host else self.latency.inter_us) * 1000)
+
+    def send(self, src: GpuId, dst: GpuId, payload: int, tag: int, deps: Sequence[int] = ()
+             ) -> int:
+        """One flow carrying ``payload`` bytes over one protocol step."""
+        return self._add(src, dst, payload, tag, deps,
+                         self.hop_ns(src, dst) - self.system.hop_latency_ns(src, dst))
 
     def relay(self, src: GpuId, dst: GpuId, payload: int, tag: int, deps: Sequence[int] = (),
-              hops: int = 1, via: GpuId | None = None) -> tuple[int, ...]:
+              via: GpuId | None = None, chain_ns: int | None = None) -> tuple[int, ...]:
         """Send ``src -> dst``; across hosts through ``via``'s NIC when given (PXN).
 
         NB: NCCL's PXN proxy forwards slot by slot, so the NVLink leg ``src -> via`` and the
         NIC leg ``via -> dst`` run at the same time here (cut-through), both after ``deps``;
         whoever consumes the data waits for both. Returns the flows delivering the data.
-        """
-        if via is None or via == src or self.system.host_of(src) == self.system.host_of(dst):
-            return (self.send(src, dst, payload, tag, deps, hops),)
-        delay_ns = self._hop_delay_ns(src, dst, hops)
-        leg = self._add(src, via, payload, tag, deps,
-                        delay_ns - self.system.hop_latency_ns(src, via))
-        nic = self._add(via, dst, payload, tag, deps,
-                        delay_ns - self.system.hop_latency_ns(via, dst))
-        return (leg, nic)
 
-    def _hop_delay_ns(self, src: GpuId, dst: GpuId, hops: int) -> int:
+        ``chain_ns``: the payload stands for several pipelined steps whose step latencies add
+        up to this; the data flows pay one step's latency, and a zero-byte flow holds the
+        delivery until ``chain_ns`` after ``deps`` (latency and transmission overlap, as
+        NCCL's FIFO slots let them).
+        """
+        hop_ns = self.hop_ns(src, dst)
+        if via is None or via == src or self.system.host_of(src) == self.system.host_of(dst):
+            legs = ((src, dst),)
+        else:
+            legs = ((src, via), (via, dst))
+        delivering = tuple(self._add(a, b, payload, tag, deps,
+                                     hop_ns - self.system.hop_latency_ns(a, b))
+                           for a, b in legs)
+        if chain_ns is None:
+            return delivering
+        return (*delivering, self._add(src, dst, 0, tag, deps, chain_ns))
+
+    def hop_ns(self, src: GpuId, dst: GpuId) -> int:
+        """NCCL's latency of one protocol step from ``src`` to ``dst``, propagation included."""
         same_host = self.system.host_of(src) == self.system.host_of(dst)
-        hop_us = self.latency.intra_us if same_host else self.latency.inter_us
-        return round(hops * hop_us * 1000)
+        return round((self.latency.intra_us if same_host else self.latency.inter_us) * 1000)
 
     def _add(self, src: GpuId, dst: GpuId, payload: int, tag: int, deps: Sequence[int],
              delay_ns: int) -> int:
