@@ -10,29 +10,18 @@ then is the op known; a mirror whose GPU finished first waits for its representa
 
 A witness runs live; :class:`WitnessCheck` compares its GPU ops with its representative's,
 so that ranks whose programs differ (a pipeline stage, a rank-dependent branch) are caught
-instead of mirrored wrongly. Kernel durations and collective sizes are not compared: they may
-follow data (MoE routing, uneven shards), and mirrors take their representative's. Nor are
-copies to the host: rank 0 alone reading its loss for a log line is the rule, and the
-mirrors of rank 0 read theirs too (a collective waits for its slowest member, which is the
-logging rank whether or not the others log).
+instead of mirrored wrongly. Collective sizes are not compared (they may follow data: MoE
+routing), nor kernels one by one, only their time between collectives: rank 0 alone reading
+its loss for a log line is the rule, and the mirrors of rank 0 read theirs too (a collective
+waits for its slowest member, which is the logging rank whether or not the others log).
 """
 
 from collections import deque
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from phantora.compute.spec import MEMCPY_DTOH
 from phantora.engine.rank_classes import RankClasses
-from wire.messages import (
-    Batch,
-    Collective,
-    EventRecord,
-    Kernel,
-    Op,
-    StreamWait,
-    ValuePayload,
-    ValueUpdate,
-)
+from wire.messages import Batch, Collective, Kernel, Op, ValuePayload, ValueUpdate
 from wire.ops import P2P_OPS
 
 if TYPE_CHECKING:
@@ -145,68 +134,106 @@ def _permuted_data(data: "np.ndarray", splits: tuple[int, ...], order: list[int]
 
 Signature = tuple[object, ...]
 
+KERNEL_TIME_TOLERANCE = 0.05
+"""How far a witness's GPU time between two collectives may differ from its representative's
+(as a share of the larger), beyond :data:`KERNEL_TIME_SLACK_NS`."""
+KERNEL_TIME_SLACK_NS = 100_000
+"""Absolute slack: a logging rank's copies to the host, FSDP2's padding of a rank's empty
+shard at start-up."""
 
-def _signature(op: Op, classes: RankClasses, shift: int) -> Signature:
-    """What must agree between a representative's op and its witness's (``shift`` moves the
-    witness's groups back to the representative's replica)."""
-    if isinstance(op, Kernel):
-        return ("kernel", op.name, "on stream", op.stream)
-    if isinstance(op, EventRecord):
-        return ("event record", "on stream", op.stream)
-    if isinstance(op, StreamWait):
-        return ("stream wait", "on stream", op.stream)
+
+def _collective_signature(op: Collective, classes: RankClasses, shift: int) -> Signature:
+    """What must agree between a representative's collective and its witness's (``shift``
+    moves the witness's groups back to the representative's replica)."""
     ranks = [classes.shifted(rank, shift) for rank in op.ranks]
     members: object = tuple(ranks) if op.op in P2P_OPS else tuple(sorted(ranks))
     return (str(op.op), "on stream", op.stream, "ranks", members)
 
 
+@dataclass(frozen=True, slots=True)
+class _Segment:
+    """A rank's GPU work up to a collective (or to its exit: ``collective`` None)."""
+
+    kernel_ns: int
+    kernels: int
+    collective: Signature | None
+
+
 class WitnessCheck:
-    """A representative's and its witness's GPU ops, compared in program order."""
+    """A representative's and its witness's GPU work, compared collective by collective: the
+    same collectives in the same order on the same streams and groups, and about the same
+    kernel time between them. Kernel names and counts may differ (a logging rank's copies to
+    the host, an empty shard's padding); their time may not, beyond a small tolerance."""
 
     def __init__(self, classes: RankClasses, representative: int, witness: int) -> None:
         self.classes = classes
         self.representative = representative
         self.witness = witness
         self._back = classes.replica(representative) - classes.replica(witness)
-        self._ahead: deque[Signature] = deque()
+        self._open = {representative: [0, 0], witness: [0, 0]}
+        """Per side, kernel ns and count since its last collective."""
+        self._ahead: deque[_Segment] = deque()
         self._rep_ahead = True
         self._matched = 0
 
     def ops(self, rank: int, ops: list[Op]) -> str | None:
         """Feed ``rank``'s ops (the representative's or the witness's); a description of the
         first disagreement, if any."""
-        from_rep = rank == self.representative
-        shift = 0 if from_rep else self._back
+        shift = 0 if rank == self.representative else self._back
+        open_segment = self._open[rank]
         for op in ops:
-            if isinstance(op, Kernel) and op.name == MEMCPY_DTOH:
-                continue
-            signature = _signature(op, self.classes, shift)
-            if not self._ahead or self._rep_ahead == from_rep:
-                self._rep_ahead = from_rep
-                self._ahead.append(signature)
-                continue
-            expected = self._ahead.popleft()
-            if expected != signature:
-                rep_sig, witness_sig = (signature, expected) if from_rep else \
-                    (expected, signature)
-                return (f"rank {self.witness} ran other GPU ops than rank {self.representative}"
-                        f", whose replica it is: its GPU op #{self._matched + 1} is "
-                        f"{_describe(witness_sig)}, rank {self.representative}'s is "
-                        f"{_describe(rep_sig)}")
-            self._matched += 1
+            if isinstance(op, Kernel):
+                open_segment[0] += op.duration_ns
+                open_segment[1] += 1
+            elif isinstance(op, Collective):
+                segment = _Segment(*open_segment,
+                                   _collective_signature(op, self.classes, shift))
+                open_segment[:] = [0, 0]
+                problem = self._compare(rank, segment)
+                if problem is not None:
+                    return problem
         return None
 
     def ended(self) -> str | None:
-        """Both exited: whatever one ran beyond the other is a disagreement."""
+        """Both exited: their work after the last collective, and any collective one ran
+        beyond the other, must agree too."""
+        for rank in (self.representative, self.witness):
+            problem = self._compare(rank, _Segment(*self._open[rank], None))
+            if problem is not None:
+                return problem
         if not self._ahead:
             return None
-        longer, shorter = (self.representative, self.witness) if self._rep_ahead else \
-            (self.witness, self.representative)
-        return (f"rank {shorter} exited after {self._matched} GPU ops, but rank {longer} "
-                f"(same replica class) went on with {_describe(self._ahead[0])} and "
-                f"{len(self._ahead) - 1} more")
+        longer = self.representative if self._rep_ahead else self.witness
+        return (f"rank {longer} ran {_describe(self._ahead[0])} and more after the other of "
+                f"ranks {self.representative} and {self.witness} (same replica class) had "
+                "exited")
+
+    def _compare(self, rank: int, segment: _Segment) -> str | None:
+        from_rep = rank == self.representative
+        if not self._ahead or self._rep_ahead == from_rep:
+            self._rep_ahead = from_rep
+            self._ahead.append(segment)
+            return None
+        other = self._ahead.popleft()
+        rep, witness = (segment, other) if from_rep else (other, segment)
+        self._matched += 1
+        where = f"before collective #{self._matched}" if rep.collective or witness.collective \
+            else "after its last collective"
+        if rep.collective != witness.collective:
+            return (f"rank {self.witness} ran other collectives than rank "
+                    f"{self.representative}, whose replica it is: its collective "
+                    f"#{self._matched} is {_describe(witness.collective)}, rank "
+                    f"{self.representative}'s is {_describe(rep.collective)}")
+        larger = max(rep.kernel_ns, witness.kernel_ns)
+        if abs(rep.kernel_ns - witness.kernel_ns) > larger * KERNEL_TIME_TOLERANCE \
+                + KERNEL_TIME_SLACK_NS:
+            return (f"rank {self.witness} ran other GPU work than rank {self.representative}, "
+                    f"whose replica it is: {where}, {witness.kernels} kernels of "
+                    f"{witness.kernel_ns / 1e3:.1f} us against {rep.kernels} kernels of "
+                    f"{rep.kernel_ns / 1e3:.1f} us")
+        return None
 
 
-def _describe(signature: Signature) -> str:
-    return " ".join(str(part) for part in signature)
+def _describe(signature: Signature | None) -> str:
+    return "its exit" if signature is None else " ".join(str(part) for part in signature)
 

@@ -153,17 +153,45 @@ def test_mirrored_ranks_give_what_live_ranks_give(script: Script, classes: RankC
     assert {span.rank for span in mirrored.kernels} == set(classes.live_ranks())
 
 
-def test_a_witness_that_runs_other_ops_makes_the_run_regroup() -> None:
-    def odd_last_rank(r: ScriptedRank) -> None:
-        r.kernel(1_000)
-        r.kernel(1_000, name="aten::add" if r.rank == 7 else "aten::mm")
+def test_a_witness_with_other_gpu_work_makes_the_run_regroup() -> None:
+    def rank0_validates(r: ScriptedRank) -> None:
+        r.collective("all_reduce", range(8), 1 << 20)
+        r.kernel(1_000_000)
+        if r.rank == 0:
+            r.kernel(800_000, name="validation")
         r.collective("all_reduce", range(8), 1 << 20)
         r.sync()
 
-    with pytest.raises(RegroupRanks, match=r"rank 7 ran other GPU ops than rank 0.*#2 is "
-                                           r"kernel aten::add") as raised:
-        run_ranks([odd_last_rank] * 8, RankClasses(1, 8, 1))
+    with pytest.raises(RegroupRanks, match=r"rank 7 ran other GPU work than rank 0.*before "
+                                           r"collective #2, 1 kernels of 1000.0 us against 2 "
+                                           r"kernels of 1800.0 us") as raised:
+        run_ranks([rank0_validates] * 8, RankClasses(1, 8, 1))
     assert raised.value.wrong == RankClasses(1, 8, 1)
+
+
+def test_a_witness_with_other_collectives_makes_the_run_regroup() -> None:
+    def rank0_broadcasts(r: ScriptedRank) -> None:
+        if r.rank == 0:
+            r.collective("broadcast", range(8), 1 << 20)
+        r.collective("all_reduce", range(8), 1 << 20, seq=0 if r.rank else 1)
+        r.sync()
+
+    with pytest.raises(RegroupRanks, match=r"rank 7 ran other collectives than rank 0.*"
+                                           r"#1 is all_reduce .* rank 0's is broadcast"):
+        run_ranks([rank0_broadcasts] * 8, RankClasses(1, 8, 1))
+
+
+def test_small_differences_in_kernels_are_tolerated() -> None:
+    def rank0_logs(r: ScriptedRank) -> None:
+        for _ in range(2):
+            r.kernel(500_000)
+            if r.rank == 0:
+                r.kernel(2_000, name="Memcpy DtoH")  # loss.item() for a log line
+            r.collective("all_reduce", range(8), 1 << 20)
+            r.sync()
+
+    result = run_ranks([rank0_logs] * 8, RankClasses(1, 8, 1))
+    assert result.classes == RankClasses(1, 8, 1)
 
 
 def test_a_group_the_grid_does_not_fit_makes_the_run_regroup() -> None:
