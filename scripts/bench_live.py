@@ -124,25 +124,25 @@ def _children() -> dict[int, list[int]]:
     return tree
 
 
-def _levels(root: int) -> list[list[int]]:
+def levels(root: int) -> list[list[int]]:
     """``root``'s process tree by depth: ``[[root], children, grandchildren, ...]``."""
     tree = _children()
-    levels = [[root]]
-    while next_level := [child for pid in levels[-1] for child in tree.get(pid, [])]:
-        levels.append(next_level)
-    return levels
+    found = [[root]]
+    while next_level := [child for pid in found[-1] for child in tree.get(pid, [])]:
+        found.append(next_level)
+    return found
 
 
 def tree_cpu_s(root: int) -> float:
     """User + system CPU seconds of ``root`` and every live descendant."""
     ticks = 0
-    for pid in (pid for level in _levels(root) for pid in level):
+    for pid in (pid for level in levels(root) for pid in level):
         if (fields := _stat_fields(pid)) is not None:
             ticks += int(fields[11]) + int(fields[12])  # utime, stime (proc(5) fields 14, 15)
     return ticks / CLOCK_TICKS
 
 
-def _memory_mb(pid: int) -> tuple[float, float] | None:
+def memory_mb(pid: int) -> tuple[float, float] | None:
     """(PSS, RSS) of ``pid`` in MiB, or None once it has exited."""
     try:
         text = Path(f"/proc/{pid}/smaps_rollup").read_text()
@@ -159,9 +159,9 @@ class RankMemory:
         self.peaks: dict[int, tuple[float, float]] = {}
 
     def sample(self, root: int) -> None:
-        levels = _levels(root)
-        for pid in levels[RANK_DEPTH] if len(levels) > RANK_DEPTH else []:
-            if (memory := _memory_mb(pid)) is not None:
+        tree = levels(root)
+        for pid in tree[RANK_DEPTH] if len(tree) > RANK_DEPTH else []:
+            if (memory := memory_mb(pid)) is not None:
                 pss, rss = self.peaks.get(pid, (0.0, 0.0))
                 self.peaks[pid] = (max(pss, memory[0]), max(rss, memory[1]))
 

@@ -69,6 +69,8 @@ class Member:
     done: Completion = field(default_factory=Completion)
 
     def ready(self, ready_ns: int) -> None:
+        if self.ready_ns is None:
+            self.collective.ready_members += 1
         self.ready_ns = ready_ns
         self.collective.member_ready()
 
@@ -86,6 +88,14 @@ class PendingCollective:
     first: Collective
     on_all_ready: Callable[["PendingCollective"], None]
     members: dict[tuple[int, str], Member] = field(default_factory=dict)
+    expected_set: frozenset[tuple[int, str]] = frozenset()
+    """``expected`` as a set (membership checks of 1024-rank groups)."""
+    ready_members: int = 0
+    """How many members' streams have reached it (a count: 1024 members each asking "are all
+    ready?" would cost a million checks)."""
+
+    def __post_init__(self) -> None:
+        self.expected_set = frozenset(self.expected)
 
     @property
     def p2p(self) -> bool:
@@ -128,7 +138,7 @@ class PendingCollective:
         return sorted({m.rank for m in self.members.values() if m.ready_ns is None})
 
     def member_ready(self) -> None:
-        if len(self.members) == len(self.expected) and not self.not_ready():
+        if self.ready_members == len(self.expected):
             start_ns = self.start_ns
             for member in self.members.values():
                 member.started.resolve(start_ns)
@@ -188,15 +198,18 @@ class Matcher:
 
     def issue(self, rank: int, op: Collective) -> Member:
         """Register ``rank``'s share of ``op``; raises on a malformed or mismatched op."""
-        key, role, expected = _shape(rank, op)
+        key, role = _key_and_role(rank, op)
         pending = self._pending.get(key)
         if pending is None:
-            pending = self._pending[key] = PendingCollective(key, expected, op,
+            pending = self._pending[key] = PendingCollective(key, _members(rank, op), op,
                                                              self._on_all_ready)
         elif (rank, role) in pending.members:
             raise SimulationError(f"rank {rank} issued {pending.describe()} twice")
         else:
             _check_agreement(pending, rank, op)
+            if (rank, role) not in pending.expected_set:
+                raise SimulationError(f"rank {rank} issued {pending.describe()}, but its group "
+                                      f"ranks {list(op.ranks)} do not include it")
         member = Member(rank, op, pending)
         pending.members[(rank, role)] = member
         if op.values is not None and op.values.pending:
@@ -241,8 +254,20 @@ class Matcher:
         return [self._pending[key] for key in sorted(self._pending)]
 
 
-def _shape(rank: int, op: Collective) -> tuple[CollectiveKey, str, tuple[tuple[int, str], ...]]:
-    """The matching key, this rank's role and every member's (rank, role)."""
+def _key_and_role(rank: int, op: Collective) -> tuple[CollectiveKey, str]:
+    """The matching key and this rank's role (cheap: every member of a 1024-rank group asks)."""
+    if op.op in P2P_OPS:
+        if len(op.ranks) != 2:
+            raise SimulationError(f"rank {rank}: {op.op} in group {op.group!r} seq {op.seq} has "
+                                  f"ranks {list(op.ranks)}; expected (src, dst)")
+        src, dst = op.ranks
+        return CollectiveKey.of_p2p(op.group, src, dst, op.seq), op.op
+    return CollectiveKey.of_collective(op.group, op.seq), ""
+
+
+def _members(rank: int, op: Collective) -> tuple[tuple[int, str], ...]:
+    """Every member's (rank, role), from the first member's op, checked; the others' ops must
+    agree with it (:func:`_check_agreement`)."""
     ranks = op.ranks
     if op.op in P2P_OPS:
         if len(ranks) != 2:
@@ -254,8 +279,7 @@ def _shape(rank: int, op: Collective) -> tuple[CollectiveKey, str, tuple[tuple[i
             raise SimulationError(f"rank {rank} issued {op.op} {src} -> {dst} in group "
                                   f"{op.group!r} seq {op.seq}, but it is not the "
                                   f"{'sender' if sends else 'receiver'}")
-        return (CollectiveKey.of_p2p(op.group, src, dst, op.seq), op.op,
-                ((src, IssuedOp.SEND), (dst, IssuedOp.RECV)))
+        return (src, IssuedOp.SEND), (dst, IssuedOp.RECV)
     if op.op not in _MODEL_OPS:
         raise SimulationError(f"rank {rank} issued unknown collective op {op.op!r} in group "
                               f"{op.group!r} seq {op.seq}; known: {', '.join(IssuedOp)}")
@@ -268,7 +292,7 @@ def _shape(rank: int, op: Collective) -> tuple[CollectiveKey, str, tuple[tuple[i
         raise SimulationError(f"rank {rank} issued all_to_allv in group {op.group!r} seq "
                               f"{op.seq} with splits {op.splits}; expected one byte count per "
                               f"group rank ({len(ranks)})")
-    return CollectiveKey.of_collective(op.group, op.seq), "", tuple((r, "") for r in ranks)
+    return tuple((r, "") for r in ranks)
 
 
 def _signature(op: Collective) -> str:
@@ -277,10 +301,21 @@ def _signature(op: Collective) -> str:
     return f"{op.op} ({size}dtype {op.dtype_bytes} bytes, ranks {list(op.ranks)}{root})"
 
 
+def _agreement(op: Collective) -> tuple[object, ...]:
+    """What :func:`_signature` shows, as a tuple (compared without formatting 1024 ranks)."""
+    return (op.op, None if op.op == IssuedOp.ALL_TO_ALLV else op.nbytes, op.dtype_bytes,
+            op.ranks, op.root if op.op in _ROOTED_OPS else None)
+
+
 def _check_agreement(pending: PendingCollective, rank: int, op: Collective) -> None:
     first = pending.first
-    if _signature(first) == _signature(op) or (pending.p2p and op.nbytes == first.nbytes
+    if _agreement(first) == _agreement(op) or (pending.p2p and op.nbytes == first.nbytes
                                                and op.dtype_bytes == first.dtype_bytes):
+        if op.op == IssuedOp.ALL_TO_ALLV and (op.splits is None
+                                              or len(op.splits) != len(op.ranks)):
+            raise SimulationError(f"rank {rank} issued all_to_allv in group {op.group!r} seq "
+                                  f"{op.seq} with splits {op.splits}; expected one byte count "
+                                  f"per group rank ({len(op.ranks)})")
         return
     other = next(iter(pending.members.values()))
     where = (f"between ranks {first.ranks[0]} -> {first.ranks[1]} " if pending.p2p else "")

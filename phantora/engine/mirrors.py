@@ -51,6 +51,9 @@ class MirrorFeed:
         """The mirror's clock minus its representative's, since their last answered sync."""
         self._pending_orders: dict[int, tuple[list[int], tuple[int, ...]]] = {}
         """value id -> (group order, element splits) of a pending valued all_to_allv."""
+        self._groups: dict[tuple[tuple[int, ...], bool],
+                           tuple[tuple[int, ...], list[int] | None]] = {}
+        """(group ranks, a send/recv pair) -> :meth:`_moved_group`'s answer."""
 
     def translate(self, batch: Batch) -> Batch:
         """The representative's batch as the mirror sends it."""
@@ -81,23 +84,33 @@ class MirrorFeed:
         return replace(op, at_ns=op.at_ns + lag)
 
     def _translate_collective(self, op: Collective, lag: int) -> Collective:
-        classes, shift = self.classes, self.shift
-        moved = tuple(classes.shifted(rank, shift) for rank in op.ranks)
-        if op.op in P2P_OPS:
-            return replace(op, at_ns=op.at_ns + lag, group=f"{op.group}+{shift}", ranks=moved,
-                           values=_mirrored_values(op.values, None))
-        if set(moved) != set(op.ranks):  # a slice of the representative's replica: its twin
-            return replace(op, at_ns=op.at_ns + lag, group=f"{op.group}+{shift}", ranks=moved,
-                           values=_mirrored_values(op.values, None))
+        moved, order = self._moved_group(op.ranks, op.op in P2P_OPS)
+        if order is None:  # a slice of the representative's replica, or a pair: its twin
+            return replace(op, at_ns=op.at_ns + lag, group=f"{op.group}+{self.shift}",
+                           ranks=moved, values=_mirrored_values(op.values, None))
         # The same group (a data-parallel one): the mirror sits elsewhere in it, so a row of
         # per-destination sizes moves with it.
-        order = [op.ranks.index(rank) for rank in moved]
         splits = None if op.splits is None else _permuted(op.splits, order)
         values = op.values
         if values is not None and values.pending and values.splits is not None:
             self._pending_orders[values.value_id] = (order, values.splits)
         return replace(op, at_ns=op.at_ns + lag, splits=splits,
                        values=_mirrored_values(op.values, order))
+
+    def _moved_group(self, ranks: tuple[int, ...], pair: bool
+                     ) -> tuple[tuple[int, ...], list[int] | None]:
+        """The group's ranks shifted to the mirror's replica, and, for a group that is the same
+        set once shifted, where each group rank's counterpart sits in it (``None`` for the
+        others). Cached: a training step issues the same few groups again and again."""
+        found = self._groups.get((ranks, pair))
+        if found is None:
+            moved = tuple(self.classes.shifted(rank, self.shift) for rank in ranks)
+            order = None
+            if not pair and set(moved) == set(ranks):
+                position = {rank: index for index, rank in enumerate(ranks)}
+                order = [position[rank] for rank in moved]
+            found = self._groups[(ranks, pair)] = (moved, order)
+        return found
 
 
 def _permuted(row: tuple[int, ...], order: list[int]) -> tuple[int, ...]:

@@ -137,9 +137,20 @@ def tp_dp_step(r: ScriptedRank) -> None:
         r.sync()
 
 
+def send_to_next_rank(r: ScriptedRank) -> None:
+    """An all_to_allv whose row is relative to the rank (its neighbour gets everything): a
+    mirror's row must move with it."""
+    row = tuple((4 << 20) if j == (r.rank + 1) % 8 else (1 << 10) for j in range(8))
+    for _ in range(2):
+        r.kernel(10_000)
+        r.collective("all_to_allv", range(8), sum(row), splits=row)
+        r.sync()
+
+
 @pytest.mark.parametrize(("script", "classes"), [
     (data_parallel_step, RankClasses(1, 8, 1)),
     (tp_dp_step, RankClasses(1, 4, 2)),
+    (send_to_next_rank, RankClasses(1, 8, 1)),
 ])
 def test_mirrored_ranks_give_what_live_ranks_give(script: Script, classes: RankClasses) -> None:
     live = run_ranks([script] * 8, None)
