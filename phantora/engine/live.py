@@ -48,8 +48,8 @@ from phantora.collectives import (
 from phantora.compute import Coverage
 from phantora.engine.dag_runner import FOREVER_NS, DagDone, FlowScheduler
 from phantora.engine.deadlock import deadlock_report
-from phantora.engine.matching import CollectiveKey, Matcher, PendingCollective
-from phantora.engine.mirrors import Answered, MirrorFeed, WitnessCheck
+from phantora.engine.matching import CollectiveKey, Matcher, Member, PendingCollective
+from phantora.engine.mirrors import Mirror, WitnessCheck
 from phantora.engine.overlap import MEASURED_OVERLAP, OverlapModel
 from phantora.engine.rank_classes import RankClasses
 from phantora.engine.streams import Completion, KernelSpan, RankDevice
@@ -213,7 +213,7 @@ class _Rank:
         "collectives",
         "conn",
         "device",
-        "feed",
+        "mirror",
         "mirrors",
         "gpu",
         "promise_ns",
@@ -225,15 +225,15 @@ class _Rank:
     )
 
     def __init__(self, rank: int, gpu: GpuId, conn: Connection | None, device: RankDevice,
-                 feed: MirrorFeed | None = None) -> None:
+                 mirror: Mirror | None = None) -> None:
         self.rank = rank
         self.gpu = gpu
         self.conn = conn
-        """``None`` for a mirror, whose messages come from ``feed``."""
+        """``None`` for a mirror, which follows its representative (``mirror``)."""
         self.device = device
-        self.feed = feed
+        self.mirror = mirror
         self.mirrors: list["_Rank"] = []
-        """The mirrors replaying this rank's messages."""
+        """The mirrors following this rank."""
         self.state = _State.RUNNING
         self.promise_ns = 0
         """Running: nothing it sends later is earlier. Finished: its clock at exit."""
@@ -287,9 +287,8 @@ class LiveEngine:
         mirrors = self._classes.mirrors()
         self._ranks = [
             _Rank(rank, self._gpus[rank], connections.get(rank),
-                  RankDevice(rank, self._matcher.issue, overlap, kernel_gap_ns,
-                             keep_spans=rank not in mirrors),
-                  None if rank not in mirrors else MirrorFeed(self._classes, rank, mirrors[rank]))
+                  RankDevice(rank, self._issue, overlap, kernel_gap_ns),
+                  None if rank not in mirrors else Mirror(self._classes, rank, mirrors[rank]))
             for rank in range(world)]
         for mirror, representative in mirrors.items():
             self._ranks[representative].mirrors.append(self._ranks[mirror])
@@ -303,8 +302,6 @@ class LiveEngine:
                                          self._classes.witness(rank.rank))
                     self._witness_checks[check.representative] = check
                     self._witness_checks[check.witness] = check
-        self._to_pump: dict[int, _Rank] = {}
-        """Mirrors fed or answered since they last consumed their feed."""
         self._groups: set[tuple[int, ...]] = set()
         """Every group (sorted ranks) a live rank issued a collective on."""
         self._running: dict[int, tuple[PendingCollective, FlowDag]] = {}
@@ -318,7 +315,7 @@ class LiveEngine:
     def run(self) -> LiveResult:
         """Serve the ranks until every one has exited; raises DeadlockError, RankCrashed."""
         self._settle()
-        while any(rank.state is not _State.FINISHED for rank in self._ranks):
+        while any(rank.state is not _State.FINISHED for rank in self._live):
             if not any(rank.state in (_State.RUNNING, _State.QUERYING) for rank in self._live):
                 raise DeadlockError(self._report("deadlock: every rank is blocked or has exited "
                                                  "and nothing is left to simulate"))
@@ -355,8 +352,7 @@ class LiveEngine:
                                                  "message (killed, or crashed in native code)"
                                       ) from None
                 if isinstance(message, ValueUpdate):
-                    self._matcher.update_values(rank.rank, message.value_id, message.data)
-                    self._feed_mirrors(rank, message)
+                    self._update_values(rank, message)
                     continue
                 if not isinstance(message, Batch):
                     raise SimulationError(f"rank {rank.rank} sent {type(message).__name__}; "
@@ -375,8 +371,7 @@ class LiveEngine:
         if not isinstance(message, ValueUpdate):
             raise SimulationError(f"rank {rank.rank} sent {type(message).__name__} after its "
                                   "exit; only values may follow it")
-        self._matcher.update_values(rank.rank, message.value_id, message.data)
-        self._feed_mirrors(rank, message)
+        self._update_values(rank, message)
 
     def _ingest(self, rank: _Rank, batch: Batch) -> None:
         counts = self._counts
@@ -405,7 +400,6 @@ class LiveEngine:
             self._count_op(rank, op)
             rank.device.apply(op)
         rank.promise_ns = batch.clock_ns
-        self._feed_mirrors(rank, batch)
         if batch.exit is not None:
             rank.state = _State.FINISHED
             rank.stats = batch.exit.stats
@@ -439,50 +433,28 @@ class LiveEngine:
         if problem is not None:
             raise RegroupRanks(problem, frozenset(self._groups), wrong=classes)
 
-    def _feed_mirrors(self, rank: _Rank, message: Batch | ValueUpdate | Answered) -> None:
-        """Queue a representative's message for its mirrors; they consume it in
-        :meth:`_pump_mirrors`, outside the scheduler's callbacks."""
+    def _issue(self, rank: int, op: Collective) -> Member:
+        """A rank's stream has the collective queued: its share, and its mirrors' shares,
+        which are ready when its own is."""
+        member = self._matcher.issue(rank, op)
+        for mirror in self._ranks[rank].mirrors:
+            assert mirror.mirror is not None
+            member.followers.append(self._matcher.issue(mirror.rank,
+                                                        mirror.mirror.collective(op)))
+            mirror.collectives += 1
+            self._counts["mirrored_collectives"] += 1
+        return member
+
+    def _update_values(self, rank: _Rank, update: ValueUpdate) -> None:
+        """A live rank's late input values, also its mirrors'."""
+        self._matcher.update_values(rank.rank, update.value_id, update.data)
         for mirror in rank.mirrors:
-            assert mirror.feed is not None
-            mirror.feed.items.append(message)
-            self._to_pump[mirror.rank] = mirror
-
-    def _pump_mirrors(self) -> bool:
-        """Pump every mirror that was fed or answered since; whether any was."""
-        pumped = bool(self._to_pump)
-        while self._to_pump:
-            mirrors = sorted(self._to_pump.items())
-            self._to_pump.clear()
-            for _, mirror in mirrors:
-                self._pump(mirror)
-        return pumped
-
-    def _pump(self, mirror: _Rank) -> None:
-        """Let ``mirror`` consume its feed as far as its state allows (a blocked mirror waits
-        for its own sync's answer; value updates are taken whatever its state)."""
-        feed = mirror.feed
-        assert feed is not None
-        while feed.items:
-            item = feed.items[0]
-            if isinstance(item, ValueUpdate):
-                feed.items.popleft()
-                self._matcher.update_values(mirror.rank, item.value_id, feed.late_values(item))
-            elif mirror.state is not _State.RUNNING:
-                return
-            elif isinstance(item, Answered):
-                feed.items.popleft()
-                mirror.promise_ns = feed.answered(item.clock_ns, mirror.promise_ns)
-            else:
-                feed.items.popleft()
-                self._ingest(mirror, feed.translate(item))
+            assert mirror.mirror is not None
+            self._matcher.update_values(mirror.rank, update.value_id,
+                                        mirror.mirror.late_values(update))
 
     def _count_op(self, rank: _Rank, op: Kernel | EventRecord | StreamWait | Collective) -> None:
         counts = self._counts
-        if rank.conn is None:
-            counts["mirrored_ops"] += 1
-            if isinstance(op, Collective):
-                rank.collectives += 1
-            return
         counts["ops"] += 1
         if isinstance(op, Kernel):
             counts["kernels"] += 1
@@ -502,11 +474,8 @@ class LiveEngine:
         self._send(self._ranks[rank], ValueDelivery(((value_id, values),)))
 
     def _send(self, rank: _Rank, message: Reply | ValueDelivery) -> None:
-        if rank.conn is None:  # a mirror: its answer is its state, its values go nowhere
-            self._to_pump[rank.rank] = rank
+        if rank.conn is None:  # a mirror wants no values
             return
-        if isinstance(message, Reply) and rank.mirrors:
-            self._feed_mirrors(rank, Answered(rank.promise_ns))
         if rank.state is _State.FINISHED:
             try:  # a rank that exited may still wait for values it owes others
                 rank.conn.send(message)
@@ -564,9 +533,8 @@ class LiveEngine:
         rank.promise_ns = max(rank.promise_ns, time_ns)
         if time_ns > sync.at_ns:
             rank.blocked_ns += time_ns - sync.at_ns
-            if rank.conn is not None:
-                self._blocked.append(BlockedSpan(rank.rank, sync.kind, sync.target, sync.at_ns,
-                                                 time_ns))
+            self._blocked.append(BlockedSpan(rank.rank, sync.kind, sync.target, sync.at_ns,
+                                             time_ns))
         self._send(rank, Reply(time_ns))
 
     def _query_known(self, rank: _Rank, token: int, time_ns: int) -> None:
@@ -592,12 +560,10 @@ class LiveEngine:
     # -- simulation ---------------------------------------------------------------------------
 
     def _horizon(self) -> int:
-        """Min over running ranks' promises (querying ranks at their query time). A mirror
-        that has consumed its feed promises nothing: it runs at or behind its representative,
-        whose promise counts."""
+        """Min over running ranks' promises (querying ranks at their query time)."""
         horizon_ns = FOREVER_NS
-        for rank in self._ranks:
-            if rank.state is _State.RUNNING and (rank.feed is None or rank.feed.items):
+        for rank in self._live:
+            if rank.state is _State.RUNNING:
                 horizon_ns = min(horizon_ns, rank.promise_ns)
             elif rank.state is _State.QUERYING and rank.sync is not None:
                 horizon_ns = min(horizon_ns, rank.sync.at_ns)
@@ -607,7 +573,7 @@ class LiveEngine:
         """Simulate everything below the horizon, answering syncs and queries on the way."""
         while True:
             self._process()
-            if not self._pump_mirrors() and not self._answer_due_queries():
+            if not self._answer_due_queries():
                 return
 
     def _process(self) -> None:
@@ -656,7 +622,7 @@ class LiveEngine:
         self._matcher.finish(collective)
         self._counts["collectives"] += 1
         # Its steps couple the members: it ends when the one slowed most by its GPU's kernels does.
-        end_ns = max(self._ranks[member.rank].device.collective_end_ns(collective.start_ns,
+        end_ns = max(self._timed(member.rank).device.collective_end_ns(collective.start_ns,
                                                                        done.end_ns)
                      for member in collective.members.values())
         record = CollectiveRecord(op=collective.op_name, group=collective.group,
@@ -673,11 +639,17 @@ class LiveEngine:
                     member.rank, member.op.stream, member.op.op, member.ready_ns, end_ns, record))
             member.done.resolve(end_ns)
 
+    def _timed(self, rank: int) -> _Rank:
+        """The rank whose GPU timeline ``rank`` has: its own, or a mirror's representative's
+        (whose kernels it runs at the same times, slowing its collectives alike)."""
+        mirror = self._ranks[rank].mirror
+        return self._ranks[rank if mirror is None else mirror.representative]
+
     # -- reports ----------------------------------------------------------------------------
 
     def _report(self, headline: str) -> str:
         lines = []
-        for rank in self._ranks:
+        for rank in self._live:
             if rank.state is _State.FINISHED:
                 line = f"rank {rank.rank}: exited at {rank.promise_ns} ns"
             elif rank.state is _State.RUNNING:
@@ -691,21 +663,27 @@ class LiveEngine:
             if blockers:
                 line += "; " + "; ".join(blockers)
             lines.append(line)
+        mirrored = len(self._ranks) - len(self._live)
+        if mirrored:
+            lines.append(f"{mirrored} more ranks mirror theirs ({self._classes.describe()})")
         return deadlock_report(headline, lines, self._matcher.incomplete())
 
     def _result(self) -> LiveResult:
-        ranks = [RankResult(rank=rank.rank, gpu=rank.gpu, clock_ns=rank.promise_ns,
-                            gpu_end_ns=rank.device.gpu_end_ns, blocked_ns=rank.blocked_ns,
-                            kernels=rank.device.kernels, collectives=rank.collectives,
-                            script_cpu_ns=rank.stats.script_cpu_ns,
-                            simulator_cpu_ns=rank.stats.simulator_cpu_ns,
-                            peak_memory_bytes=rank.stats.peak_memory_bytes,
-                            peak_reserved_bytes=rank.stats.peak_reserved_bytes,
-                            overlap_slowed_kernels=rank.device.slowed_kernels,
-                            overlap_extra_ns=rank.device.overlap_extra_ns,
-                            host_speed_factor=rank.stats.host_speed_factor,
-                            host_time=rank.stats.host_time)
-                 for rank in self._ranks]
+        ranks = []
+        for rank in self._ranks:
+            timed = self._timed(rank.rank)
+            ranks.append(RankResult(
+                rank=rank.rank, gpu=rank.gpu, clock_ns=timed.promise_ns,
+                gpu_end_ns=timed.device.gpu_end_ns, blocked_ns=timed.blocked_ns,
+                kernels=timed.device.kernels, collectives=rank.collectives,
+                script_cpu_ns=timed.stats.script_cpu_ns,
+                simulator_cpu_ns=timed.stats.simulator_cpu_ns,
+                peak_memory_bytes=timed.stats.peak_memory_bytes,
+                peak_reserved_bytes=timed.stats.peak_reserved_bytes,
+                overlap_slowed_kernels=timed.device.slowed_kernels,
+                overlap_extra_ns=timed.device.overlap_extra_ns,
+                host_speed_factor=timed.stats.host_speed_factor,
+                host_time=timed.stats.host_time))
         kernels = sorted((span for rank in self._ranks for span in rank.device.spans),
                          key=lambda s: (s.rank, s.stream, s.start_ns, s.end_ns, s.name))
         flows = [NetworkFlow(f.src, f.dst, f.nbytes, f.start_ns, f.end_ns, *self._labels[f.ticket])

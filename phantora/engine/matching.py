@@ -67,8 +67,12 @@ class Member:
     ready_ns: int | None = None
     started: Completion = field(default_factory=Completion)
     done: Completion = field(default_factory=Completion)
+    followers: list["Member"] = field(default_factory=list)
+    """Mirrored ranks' shares (``phantora.engine.mirrors``), ready when this one is."""
 
     def ready(self, ready_ns: int) -> None:
+        for follower in self.followers:
+            follower.ready(ready_ns)
         if self.ready_ns is None:
             self.collective.ready_members += 1
         self.ready_ns = ready_ns

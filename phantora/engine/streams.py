@@ -158,9 +158,8 @@ class _KernelItem:
         device = stream.device
         start_ns = max(op.at_ns, stream.free_ns + device.kernel_gap_ns)
         stream.free_ns = device.kernel_end_ns(op, start_ns)
-        if device.keep_spans:
-            device.spans.append(KernelSpan(device.rank, stream.stream_id, op.name, start_ns,
-                                           stream.free_ns))
+        device.spans.append(KernelSpan(device.rank, stream.stream_id, op.name, start_ns,
+                                       stream.free_ns))
         device.kernels += 1
 
     def describe(self) -> str:
@@ -286,11 +285,10 @@ class RankDevice:
 
     def __init__(self, rank: int, issue: Callable[[int, Collective], CollectivePort],
                  overlap: OverlapModel | None = MEASURED_OVERLAP,
-                 kernel_gap_ns: int = KERNEL_GAP_NS.value, *, keep_spans: bool = True) -> None:
+                 kernel_gap_ns: int = KERNEL_GAP_NS.value) -> None:
         """``overlap``: how collectives in flight slow kernels; ``None`` leaves kernels as
         the compute model timed them. ``kernel_gap_ns``: the front end's gap between
-        back-to-back kernels (``phantora.calibration.gpu.KERNEL_GAP_NS``). ``keep_spans``:
-        keep every kernel's span for the trace (a mirrored rank's are its representative's)."""
+        back-to-back kernels (``phantora.calibration.gpu.KERNEL_GAP_NS``)."""
         self.rank = rank
         self.kernel_gap_ns = kernel_gap_ns
         self._issue = issue
@@ -303,7 +301,6 @@ class RankDevice:
         """Streams with an item at their head that may proceed (see :meth:`drain`)."""
         self._draining = False
         self.spans: list[KernelSpan] = []
-        self.keep_spans = keep_spans
         self._slowing: deque[Slowing] = deque()
         """Kernels that may still slow a collective (:meth:`collective_end_ns`), with how much:
         those ending after the earliest collective in flight here was reached, and, with none
