@@ -19,13 +19,14 @@ and one run suffices. Per step it reports:
   grandchildren of the ``phantora-ns3`` process: coordinator -> fork server -> ranks). PSS
   counts pages shared with the fork server once, so it is the fair per-rank cost.
 
-Goals (issue 3): an 8-rank DDP step in <= 4 s wall, <= 150 MB per rank.
+Goals: an 8-rank DDP step in <= 4 s wall, <= 150 MB per rank (issue 3); <= 2 s (issue 19).
 
 Usage:
   1. python scripts/bench_live.py                            # 1, 2, 8 and 16 ranks
   2. python scripts/bench_live.py --ranks 8                  # the goal case only
   3. python scripts/bench_live.py --ranks 2 --model tiny --batch-size 2 --seq-len 128   # smoke
   4. python scripts/bench_live.py --backend flow             # fluid network instead of ns-3
+     python scripts/bench_live.py --ranks 8 --dedup off      # every rank live (default: mirrored)
   5. python scripts/bench_live.py --steps 10                 # more steps, steadier medians
   6. python scripts/bench_live.py --export-result live.json  # save the rows and header
   7. python scripts/bench_live.py --import-result live.json  # reprint a saved run
@@ -104,7 +105,8 @@ def scenario(ranks: int, args: argparse.Namespace) -> dict[str, Any]:
                    "--num-workers", str(args.num_workers)]
     return {"name": f"bench-live-ddp-{ranks}", "cluster": cluster,
             "workload": {"script": str(SCRIPT), "args": script_args,
-                         "nproc_per_node": gpus_per_host, "env": {"OMP_NUM_THREADS": "1"}}}
+                         "nproc_per_node": gpus_per_host, "env": {"OMP_NUM_THREADS": "1"}},
+            "simulation": {"dedup": args.dedup}}
 
 
 def _stat_fields(pid: int) -> list[str] | None:
@@ -202,6 +204,23 @@ def follow(proc: subprocess.Popen[bytes], log: Path, start_s: float,
         time.sleep(POLL_S)
 
 
+def run_followed(command: list[str], out: Path, console_log: Path, timeout_s: float,
+                 memory: RankMemory) -> tuple[subprocess.Popen[bytes], list[StepMark], float]:
+    """Run a ``phantora-ns3`` command (its console to ``console_log``, killed after
+    ``timeout_s``), following rank 0's log in ``out``; the process, the step marks and the
+    run's wall seconds."""
+    start = time.perf_counter()
+    with console_log.open("wb") as console:
+        proc = subprocess.Popen(command, stdout=console, stderr=subprocess.STDOUT)
+        watchdog = threading.Timer(timeout_s, proc.kill)
+        watchdog.start()
+        try:
+            marks = follow(proc, out / "ranks" / "rank0.log", start, memory)
+        finally:
+            watchdog.cancel()
+    return proc, marks, time.perf_counter() - start
+
+
 def measure(ranks: int, args: argparse.Namespace, work: Path) -> Row:
     """Run the scenario for ``ranks`` in a fresh ``phantora-ns3`` process; measure its steps."""
     path = work / f"ddp-{ranks}.yaml"
@@ -210,17 +229,9 @@ def measure(ranks: int, args: argparse.Namespace, work: Path) -> Row:
     console_log = work / f"{path.stem}.console"
     memory = RankMemory()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    with console_log.open("wb") as console:
-        proc = subprocess.Popen([sys.executable, "-m", "phantora.cli", str(path),
-                                 "--out", str(out)], stdout=console, stderr=subprocess.STDOUT)
-        watchdog = threading.Timer(args.timeout, proc.kill)
-        watchdog.start()
-        try:
-            marks = follow(proc, out / "ranks" / "rank0.log", start, memory)
-        finally:
-            watchdog.cancel()
-    run_wall = time.perf_counter() - start
+    proc, marks, run_wall = run_followed([sys.executable, "-m", "phantora.cli", str(path),
+                                          "--out", str(out)], out, console_log, args.timeout,
+                                         memory)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise SystemExit(f"{path.name} failed (exit {proc.returncode}):\n"
@@ -290,6 +301,8 @@ def main() -> None:
                         help=f"training steps per run; the first {WARMUP_STEPS} are not measured")
     parser.add_argument("--backend", choices=["ns3", "flow"], default="ns3",
                         help="network backend between hosts")
+    parser.add_argument("--dedup", choices=["auto", "off"], default="auto",
+                        help="simulation.dedup: mirror data-parallel replicas, or run all live")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per run")
     parser.add_argument("--export-result", type=Path)
     parser.add_argument("--import-result", type=Path)
@@ -312,7 +325,7 @@ def main() -> None:
     header = (f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
               f"Python {platform.python_version()}; commit {commit}")
     title = (f"phantora-ns3 live overhead: {args.model} DDP, batch {args.batch_size} x "
-             f"seq {args.seq_len} per rank, {args.backend} between hosts")
+             f"seq {args.seq_len} per rank, {args.backend} between hosts, dedup {args.dedup}")
     print(header, flush=True)
     rows = []
     with tempfile.TemporaryDirectory() as work:

@@ -33,8 +33,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -45,7 +43,7 @@ from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
-from bench_live import RankMemory, follow, levels, memory_mb  # noqa: E402 - after the path
+from bench_live import RankMemory, levels, memory_mb, run_followed  # noqa: E402 - after the path
 
 SCENARIO = ROOT / "scenarios" / "scale" / "h100-1024-llama3-8b-fsdp2.yaml"
 GPUS_PER_HOST = 8
@@ -56,12 +54,15 @@ TOKENS_LINE = "tok/s"
 class Row:
     gpus: int
     dedup: str
+    status: str
+    """``ok``, or ``out of memory`` (the script's own ``torch.OutOfMemoryError``: a real
+    finding, e.g. 8 x 80 GB H100 cannot hold this job)."""
     live_processes: int
     mirrored_ranks: int
     wall_s_per_iteration: float | None
     run_wall_s: float
     peak_tree_pss_gib: float
-    coordinator_peak_rss_gib: float
+    coordinator_peak_rss_gib: float | None
     sim_ms_per_step: float | None
     tokens_per_s_per_gpu: float | None
     regroups: int
@@ -85,6 +86,8 @@ def scenario(gpus: int, dedup: str) -> dict[str, Any]:
     spec = yaml.safe_load(SCENARIO.read_text())
     spec["name"] = f"bench-scale-{gpus}"
     spec["cluster"]["hosts"] = gpus // GPUS_PER_HOST
+    if gpus == GPUS_PER_HOST:
+        del spec["cluster"]["network"]  # one host: NVLink only
     spec["workload"]["script"] = str((SCENARIO.parent / spec["workload"]["script"]).resolve())
     spec["simulation"]["dedup"] = dedup
     return spec
@@ -96,19 +99,16 @@ def measure(gpus: int, dedup: str, work: Path, timeout_s: float) -> Row:
     out = work / path.stem
     console_log = work / f"{path.stem}.console"
     memory = TreeMemory()
-    start = time.perf_counter()
-    with console_log.open("wb") as console:
-        proc = subprocess.Popen(["/usr/bin/time", "-f", "%M", sys.executable, "-m",
-                                 "phantora.cli", str(path), "--out", str(out)],
-                                stdout=console, stderr=subprocess.STDOUT)
-        watchdog = threading.Timer(timeout_s, proc.kill)
-        watchdog.start()
-        try:
-            marks = follow(proc, out / "ranks" / "rank0.log", start, memory)
-        finally:
-            watchdog.cancel()
-    run_wall = time.perf_counter() - start
+    proc, marks, run_wall = run_followed(["/usr/bin/time", "-f", "%M", sys.executable, "-m",
+                                          "phantora.cli", str(path), "--out", str(out)],
+                                         out, console_log, timeout_s, memory)
     text = console_log.read_text()
+    if proc.returncode != 0 and "OutOfMemoryError" in text:
+        return Row(gpus=gpus, dedup=dedup, status="out of memory", live_processes=0,
+                   mirrored_ranks=0, wall_s_per_iteration=None, run_wall_s=round(run_wall, 1),
+                   peak_tree_pss_gib=round(memory.peak_total_mb / 1024, 2),
+                   coordinator_peak_rss_gib=None, sim_ms_per_step=None,
+                   tokens_per_s_per_gpu=None, regroups=0)
     if proc.returncode != 0:
         raise SystemExit(f"{path.name} failed (exit {proc.returncode}):\n{text[-4000:]}")
     coordinator_kib = int(text.strip().splitlines()[-1])  # /usr/bin/time's %M: max RSS, KiB
@@ -121,7 +121,8 @@ def measure(gpus: int, dedup: str, work: Path, timeout_s: float) -> Row:
               for line in log if line.startswith("step ") and TOKENS_LINE in line][1:]
     dedup_info = summary.get("dedup", {})
     live = len(dedup_info.get("live_ranks", range(gpus)))
-    return Row(gpus=gpus, dedup=dedup, live_processes=live, mirrored_ranks=gpus - live,
+    return Row(gpus=gpus, dedup=dedup, status="ok", live_processes=live,
+               mirrored_ranks=gpus - live,
                wall_s_per_iteration=round(statistics.median(steady), 1) if steady else None,
                run_wall_s=round(run_wall, 1),
                peak_tree_pss_gib=round(memory.peak_total_mb / 1024, 2),
@@ -134,7 +135,7 @@ def measure(gpus: int, dedup: str, work: Path, timeout_s: float) -> Row:
 def print_table(rows: list[dict[str, Any]], header: str) -> None:
     table = Table(title="phantora-ns3 at scale: Llama 3 8B FSDP2, batch 2 x 8192 per GPU, "
                         "H100 hosts of 8, rail-optimized 400 Gbps, flow backend, 3 steps")
-    columns = ["GPUs", "dedup", "live procs", "mirrored", "wall s/iter", "run wall s",
+    columns = ["GPUs", "dedup", "status", "live procs", "mirrored", "wall s/iter", "run wall s",
                "peak mem GiB", "coord RSS GiB", "sim ms/step", "tok/s/GPU", "regroups"]
     for column in columns:
         table.add_column(column, justify="right")
