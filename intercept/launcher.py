@@ -143,7 +143,10 @@ class Launcher:
         """Start the fork server, wait until it is ready, fork every rank."""
         if self._server is not None:
             raise RuntimeError("the launcher was already started")
-        (self.spec.out_dir / "ranks").mkdir(parents=True, exist_ok=True)
+        logs = self.spec.out_dir / "ranks"
+        logs.mkdir(parents=True, exist_ok=True)
+        for stale in logs.glob("rank*.log"):  # an earlier run's, in the same folder
+            stale.unlink()
         rank_fds: dict[int, int] = {}
         child_socks: list[socket.socket] = []
         for rank in self.ranks:
