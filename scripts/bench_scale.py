@@ -47,7 +47,6 @@ from bench_live import RankMemory, levels, memory_mb, run_followed  # noqa: E402
 
 SCENARIO = ROOT / "scenarios" / "scale" / "h100-1024-llama3-8b-fsdp2.yaml"
 GPUS_PER_HOST = 8
-TOKENS_LINE = "tok/s"
 
 
 @dataclass
@@ -93,9 +92,16 @@ def scenario(gpus: int, dedup: str) -> dict[str, Any]:
     return spec
 
 
+def tokens_per_gpu_step(spec: dict[str, Any]) -> int:
+    """The script's batch x sequence length per GPU, from its arguments."""
+    args = spec["workload"]["args"]
+    return int(args[args.index("--batch-size") + 1]) * int(args[args.index("--seq-len") + 1])
+
+
 def measure(gpus: int, dedup: str, work: Path, timeout_s: float) -> Row:
     path = work / f"scale-{gpus}-{dedup}.yaml"
-    path.write_text(yaml.safe_dump(scenario(gpus, dedup), sort_keys=False))
+    spec = scenario(gpus, dedup)
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
     out = work / path.stem
     console_log = work / f"{path.stem}.console"
     memory = TreeMemory()
@@ -116,9 +122,6 @@ def measure(gpus: int, dedup: str, work: Path, timeout_s: float) -> Row:
     steady = [later.wall_s - earlier.wall_s
               for earlier, later in zip(marks, marks[1:], strict=False)]
     sim_ms = [mark.sim_ms for mark in marks[1:]]
-    log = (out / "ranks" / "rank0.log").read_text().splitlines()
-    tokens = [float(line.split("|")[-3].split()[0].replace(",", ""))
-              for line in log if line.startswith("step ") and TOKENS_LINE in line][1:]
     dedup_info = summary.get("dedup", {})
     live = len(dedup_info.get("live_ranks", range(gpus)))
     return Row(gpus=gpus, dedup=dedup, status="ok", live_processes=live,
@@ -128,7 +131,8 @@ def measure(gpus: int, dedup: str, work: Path, timeout_s: float) -> Row:
                peak_tree_pss_gib=round(memory.peak_total_mb / 1024, 2),
                coordinator_peak_rss_gib=round(coordinator_kib / 2**20, 2),
                sim_ms_per_step=round(statistics.median(sim_ms), 1) if sim_ms else None,
-               tokens_per_s_per_gpu=round(statistics.median(tokens)) if tokens else None,
+               tokens_per_s_per_gpu=round(tokens_per_gpu_step(spec) / statistics.median(sim_ms)
+                                          * 1e3) if sim_ms else None,
                regroups=len(dedup_info.get("regroups", [])))
 
 
