@@ -65,11 +65,6 @@ class FlowWriter:
             return delivering
         return (*delivering, self._add(src, dst, 0, tag, deps, chain_ns))
 
-    def hop_ns(self, src: GpuId, dst: GpuId) -> int:
-        """NCCL's latency of one protocol step from ``src`` to ``dst``, propagation included."""
-        same_host = self.system.host_of(src) == self.system.host_of(dst)
-        return round((self.latency.intra_us if same_host else self.latency.inter_us) * 1000)
-
     def _add(self, src: GpuId, dst: GpuId, payload: int, tag: int, deps: Sequence[int],
              delay_ns: int) -> int:
         if not deps:
