@@ -23,6 +23,10 @@ same inputs, whatever the wall-clock interleaving of the ranks' messages (reprod
 The engine also rejects a rank that breaks its promise (an op earlier than its last clock), and
 the scheduler refuses to inject anything before the backend's clock: both raise
 :class:`SimulationError` instead of simulating a wrong past.
+
+With rank deduplication (``classes``, :mod:`.rank_classes`), only live ranks have a connection
+and count in the horizon; each mirror's share of a collective is issued with its
+representative's and is ready when that is (:mod:`.mirrors`).
 """
 
 from collections import Counter
@@ -390,7 +394,7 @@ class LiveEngine:
             raise SimulationError(f"rank {rank.rank}'s clock went back from {rank.promise_ns} ns "
                                   f"to {batch.clock_ns} ns")
         floor_ns = rank.promise_ns
-        if rank.conn is not None and self._classes.deduplicated:
+        if self._classes.deduplicated:
             self._check_classes(rank, batch)
         for op in batch.ops:
             if op.at_ns < floor_ns:
@@ -412,8 +416,9 @@ class LiveEngine:
     # -- mirrored ranks ------------------------------------------------------------------------
 
     def _check_classes(self, rank: _Rank, batch: Batch) -> None:
-        """A live rank's groups must fit the grid, and a witness must run its representative's
-        ops; else the run starts again with what was learned (:class:`RegroupRanks`)."""
+        """A live rank's groups must fit the grid, and a witness's GPU work must match its
+        representative's; else the run starts again with what was learned
+        (:class:`RegroupRanks`)."""
         classes = self._classes
         for op in batch.ops:
             if isinstance(op, Collective):
@@ -551,7 +556,7 @@ class LiveEngine:
         """Queries whose time the simulation has reached without the event completing read 0
         (NB: an event completing exactly at the query instant also reads as pending)."""
         horizon_ns = self._horizon()
-        due = [rank for rank in self._ranks if rank.state is _State.QUERYING
+        due = [rank for rank in self._live if rank.state is _State.QUERYING
                and rank.sync is not None and rank.sync.at_ns <= horizon_ns]
         for rank in due:
             self._answer_query(rank, False)
