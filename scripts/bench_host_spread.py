@@ -8,8 +8,9 @@ script's median step (its own log, steps 3.., rank 0) and rank 0's host time per
 * ``alone``: nothing else started by this script (other tenants of the machine may still run);
 * ``busy``: one busy-looping process per CPU of this machine beside the simulation;
 * ``8 ranks``: the scenario's per-rank workload on 8 ranks (``nproc_per_node`` and
-  ``gpus_per_host`` set to 8) on this machine's CPUs: 4 ranks per core on 2 cores. Data
-  parallelism changes the collectives, so only the host time per step is compared for it.
+  ``gpus_per_host`` set to 8, every rank live: ``simulation.dedup: off``) on this machine's
+  CPUs: 4 ranks per core on 2 cores. Data parallelism changes the collectives, so only the
+  host time per step is compared for it.
 
 Usages (from the repository root):
 
@@ -61,6 +62,11 @@ def with_ranks(spec: dict, ranks: int, folder: Path) -> dict:
     return spec
 
 
+def knows_dedup(repo: Path) -> bool:
+    """Whether the checkout's scenarios have ``simulation.dedup`` (rank deduplication)."""
+    return "dedup" in (repo / "phantora" / "scenario" / "schema.py").read_text()
+
+
 def run_once(spec: dict, out: Path, repo: Path) -> tuple[float | None, float | None]:
     """Simulate ``spec`` with the simulator of checkout ``repo``: (median step ms of rank 0's
     log, rank 0's median host ms per step; ``None`` where that checkout reports no split)."""
@@ -106,6 +112,8 @@ def main() -> None:
                       "busy": with_ranks(spec, ranks, path.parent)}
         if not args.no_ranks8 and ranks > 1:
             conditions["8 ranks"] = with_ranks(spec, 8, path.parent)
+            if knows_dedup(args.repo):  # 8 processes on the CPUs, not 2 and 6 mirrors
+                conditions["8 ranks"].setdefault("simulation", {})["dedup"] = "off"
         results: dict[str, tuple[float | None, float | None]] = {}
         for condition, cond_spec in conditions.items():
             spinners = []
