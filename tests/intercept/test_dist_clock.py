@@ -68,8 +68,10 @@ def test_excluded_cpu_time_is_not_virtual_time_and_sections_nest() -> None:
             burn_cpu()
         frozen = clock.now_ns()
         burn_cpu()
-    assert frozen - before < BURN_NS // 10
-    assert clock.now_ns() - before < BURN_NS // 10
+    # 3 x BURN_NS were burnt inside: what leaks is the sections' own edges, a few ms at most on
+    # a loaded machine (3.5 ms seen once with both CPUs busy)
+    assert frozen - before < BURN_NS // 4
+    assert clock.now_ns() - before < BURN_NS // 4
     burn_cpu()  # outside again: counts
     assert clock.now_ns() - before >= BURN_NS
 
