@@ -56,7 +56,7 @@ class RankCrashed(SimulationError):
 
 class RegroupRanks(SimulationError):
     """Rank deduplication (``phantora.engine.rank_classes``) met a group its grid does not fit,
-    or a witness that ran other ops than its representative: the run must start again with
+    or a witness whose GPU work differs from its representative's: the run must start again with
     ``groups`` known (and ``wrong`` excluded). ``reason`` says which rank, op and group."""
 
     def __init__(self, reason: str, groups: frozenset[tuple[int, ...]],

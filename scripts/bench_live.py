@@ -288,6 +288,14 @@ def print_table(rows: list[dict[str, Any]], header: str, title: str) -> None:
     console.print(table)
 
 
+def machine_header() -> str:
+    """The machine, Python and checked-out commit a bench ran on, for its table's header."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                            capture_output=True, text=True).stdout.strip()
+    return (f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
+            f"Python {platform.python_version()}; commit {commit}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, nargs="*", default=[1, 2, 8, 16],
@@ -320,10 +328,7 @@ def main() -> None:
     if args.steps <= WARMUP_STEPS + 1:
         parser.error(f"--steps {args.steps}: the first {WARMUP_STEPS} are warm-up and the last "
                      f"may print after the run ends; run at least {WARMUP_STEPS + 2}")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                            capture_output=True, text=True).stdout.strip()
-    header = (f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
-              f"Python {platform.python_version()}; commit {commit}")
+    header = machine_header()
     title = (f"phantora-ns3 live overhead: {args.model} DDP, batch {args.batch_size} x "
              f"seq {args.seq_len} per rank, {args.backend} between hosts, dedup {args.dedup}")
     print(header, flush=True)

@@ -28,9 +28,7 @@ Usage:
 
 import argparse
 import json
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 from dataclasses import asdict, dataclass
@@ -43,7 +41,8 @@ from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
-from bench_live import RankMemory, levels, memory_mb, run_followed  # noqa: E402 - after the path
+from bench_live import (  # noqa: E402 - after the path
+    RankMemory, levels, machine_header, memory_mb, run_followed)
 
 SCENARIO = ROOT / "scenarios" / "scale" / "h100-1024-llama3-8b-fsdp2.yaml"
 GPUS_PER_HOST = 8
@@ -165,10 +164,7 @@ def main() -> None:
     for gpus in args.gpus:
         if gpus < GPUS_PER_HOST or gpus % GPUS_PER_HOST:
             parser.error(f"--gpus {gpus}: whole hosts of {GPUS_PER_HOST} GPUs")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                            capture_output=True, text=True).stdout.strip()
-    header = (f"machine: {platform.machine()}, python {platform.python_version()}, "
-              f"commit {commit}")
+    header = machine_header()
     print(header, flush=True)
     rows = []
     with tempfile.TemporaryDirectory() as work:

@@ -175,10 +175,10 @@ def _emit_ring(writer: FlowWriter, ring: Ring, nsteps: int, merge: int,
     arrived: list[tuple[int, ...]] = [()] * n
     for first in range(0, nsteps, merge):
         stop = min(first + merge, nsteps)
+        steps = stop - first
         delivered: list[tuple[int, ...]] = [()] * n
         for p in range(n):
             # Chunk(s) of steps first..stop-1 from ring.order[p] to ring.order[p+1].
-            steps = stop - first
             chain_ns = hop_latency(p - steps + 1, steps) if merge > 1 else None
             delivered[(p + 1) % n] = writer.relay(
                 ring.order[p], ring.order[(p + 1) % n], step_bytes(p, first, stop), ring.tag,

@@ -37,8 +37,7 @@ class FlowWriter:
     def send(self, src: GpuId, dst: GpuId, payload: int, tag: int, deps: Sequence[int] = ()
              ) -> int:
         """One flow carrying ``payload`` bytes over one protocol step."""
-        return self._add(src, dst, payload, tag, deps,
-                         self.hop_ns(src, dst) - self.system.hop_latency_ns(src, dst))
+        return self.relay(src, dst, payload, tag, deps)[0]
 
     def relay(self, src: GpuId, dst: GpuId, payload: int, tag: int, deps: Sequence[int] = (),
               via: GpuId | None = None, chain_ns: int | None = None) -> tuple[int, ...]:

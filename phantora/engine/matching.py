@@ -92,7 +92,7 @@ class PendingCollective:
     first: Collective
     on_all_ready: Callable[["PendingCollective"], None]
     members: dict[tuple[int, str], Member] = field(default_factory=dict)
-    expected_set: frozenset[tuple[int, str]] = frozenset()
+    expected_set: frozenset[tuple[int, str]] = field(init=False)
     """``expected`` as a set (membership checks of 1024-rank groups)."""
     ready_members: int = 0
     """How many members' streams have reached it (a count: 1024 members each asking "are all
@@ -203,6 +203,7 @@ class Matcher:
     def issue(self, rank: int, op: Collective) -> Member:
         """Register ``rank``'s share of ``op``; raises on a malformed or mismatched op."""
         key, role = _key_and_role(rank, op)
+        _check_splits(rank, op)
         pending = self._pending.get(key)
         if pending is None:
             pending = self._pending[key] = PendingCollective(key, _members(rank, op), op,
@@ -273,10 +274,7 @@ def _members(rank: int, op: Collective) -> tuple[tuple[int, str], ...]:
     """Every member's (rank, role), from the first member's op, checked; the others' ops must
     agree with it (:func:`_check_agreement`)."""
     ranks = op.ranks
-    if op.op in P2P_OPS:
-        if len(ranks) != 2:
-            raise SimulationError(f"rank {rank}: {op.op} in group {op.group!r} seq {op.seq} has "
-                                  f"ranks {list(ranks)}; expected (src, dst)")
+    if op.op in P2P_OPS:  # a pair: checked by _key_and_role
         src, dst = ranks
         sends = op.op == IssuedOp.SEND
         if rank != (src if sends else dst):
@@ -291,12 +289,15 @@ def _members(rank: int, op: Collective) -> tuple[tuple[int, str], ...]:
         raise SimulationError(f"rank {rank} issued {op.op} in group {op.group!r} seq {op.seq} "
                               f"with group ranks {list(ranks)}, which must hold each rank once "
                               "and include the issuing rank")
-    if op.op == IssuedOp.ALL_TO_ALLV and (op.splits is None
-                                                    or len(op.splits) != len(ranks)):
+    return tuple((r, "") for r in ranks)
+
+
+def _check_splits(rank: int, op: Collective) -> None:
+    """An all_to_allv row has one byte count per group rank."""
+    if op.op == IssuedOp.ALL_TO_ALLV and (op.splits is None or len(op.splits) != len(op.ranks)):
         raise SimulationError(f"rank {rank} issued all_to_allv in group {op.group!r} seq "
                               f"{op.seq} with splits {op.splits}; expected one byte count per "
-                              f"group rank ({len(ranks)})")
-    return tuple((r, "") for r in ranks)
+                              f"group rank ({len(op.ranks)})")
 
 
 def _signature(op: Collective) -> str:
@@ -315,11 +316,6 @@ def _check_agreement(pending: PendingCollective, rank: int, op: Collective) -> N
     first = pending.first
     if _agreement(first) == _agreement(op) or (pending.p2p and op.nbytes == first.nbytes
                                                and op.dtype_bytes == first.dtype_bytes):
-        if op.op == IssuedOp.ALL_TO_ALLV and (op.splits is None
-                                              or len(op.splits) != len(op.ranks)):
-            raise SimulationError(f"rank {rank} issued all_to_allv in group {op.group!r} seq "
-                                  f"{op.seq} with splits {op.splits}; expected one byte count "
-                                  f"per group rank ({len(op.ranks)})")
         return
     other = next(iter(pending.members.values()))
     where = (f"between ranks {first.ranks[0]} -> {first.ranks[1]} " if pending.p2p else "")

@@ -35,7 +35,6 @@ class Mirror:
 
     def __init__(self, classes: RankClasses, mirror: int, representative: int) -> None:
         self.classes = classes
-        self.mirror = mirror
         self.representative = representative
         self.shift = classes.replica(mirror) - classes.replica(representative)
         self._pending_orders: dict[int, tuple[list[int], tuple[int, ...]]] = {}

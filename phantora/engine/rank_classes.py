@@ -31,6 +31,16 @@ class RankClasses:
         return cls(world, 1, 1)
 
     @classmethod
+    def of_grid(cls, grid: Sequence[int] | None, world: int) -> "RankClasses":
+        """From a saved :attr:`grid` (``None``: every rank of ``world`` live)."""
+        return cls.all_live(world) if grid is None else cls(*grid)
+
+    @property
+    def grid(self) -> list[int]:
+        """``[outer, replicas, inner]``, as ``summary.json`` and recordings store it."""
+        return [self.outer, self.replicas, self.inner]
+
+    @classmethod
     def choose(cls, world: int, groups: Iterable[Sequence[int]] = (),
                excluded: Iterable["RankClasses"] = ()) -> "RankClasses":
         """The grid with the fewest live ranks that every group fits (ties: the smaller
@@ -95,9 +105,11 @@ class RankClasses:
     def describe(self) -> str:
         if not self.deduplicated:
             return f"all {self.world} ranks live"
-        return (f"{self.live_count} live ranks of {self.world}: {self.outer * self.inner} "
-                f"classes of {self.replicas} replicas (grid {self.outer} x {self.replicas} x "
-                f"{self.inner}), each run by its first replica, checked against its last")
+        classes = self.outer * self.inner
+        return (f"{self.live_count} live ranks of {self.world}: {classes} "
+                f"class{'es' if classes > 1 else ''} of {self.replicas} replicas (grid "
+                f"{self.outer} x {self.replicas} x {self.inner}), each run by its first replica, "
+                "checked against its last")
 
 
 def _divisors(n: int) -> list[int]:

@@ -2,10 +2,10 @@
 
 One ``meta.json`` (format name and version, world size, GPU, the rank -> GPU map, the live
 run's own results, the rank classes of a deduplicated run) and one ``rank<N>.jsonl`` per live
-rank (a mirrored rank replays its representative's, ``phantora.engine.mirrors``): the rank's messages to the engine in
-program order, one JSON object per line, each op with the host gap before it and its cause
-(``cpu_ns``: script CPU time since the previous host event; a sync's ``blocked_ns``: time the
-host waited in it). The records are exactly what the live engine consumed, so a replay feeds
+rank (a mirrored rank follows its representative, ``phantora.engine.mirrors``): the rank's
+messages to the engine in program order, one JSON object per line, each op with the host gap
+before it and its cause (``cpu_ns``: script CPU time since the previous host event; a sync's
+``blocked_ns``: time the host waited in it). The records are exactly what the live engine consumed, so a replay feeds
 the same engine the same ops with only the network (and so the sync answers) changed.
 
 ``docs/execution-graph.md`` documents every field; bump :data:`VERSION` on any incompatible
@@ -130,8 +130,7 @@ class Recording:
     @property
     def classes(self) -> RankClasses:
         """The run's rank classes (all live unless it was deduplicated)."""
-        grid = self.meta.get("rank_classes")
-        return RankClasses.all_live(self.world_size) if grid is None else RankClasses(*grid)
+        return RankClasses.of_grid(self.meta.get("rank_classes"), self.world_size)
 
     def stats(self, rank: int) -> RankStats:
         return RankStats(**self.meta["rank_stats"][rank])
@@ -153,9 +152,7 @@ def load_recording(run_dir: Path) -> Recording:
     if meta.get("version") != VERSION:
         raise RecordingError(f"{meta_path}: format version {meta.get('version')!r}, this "
                              f"phantora-ns3 reads version {VERSION}; record the run again")
-    grid = meta.get("rank_classes")
-    classes = RankClasses.all_live(meta["world_size"]) if grid is None else RankClasses(*grid)
-    live = set(classes.live_ranks())
+    live = set(RankClasses.of_grid(meta.get("rank_classes"), meta["world_size"]).live_ranks())
     ranks = [list(_read_lines(rank_file(graph_dir, rank))) if rank in live else []
              for rank in range(meta["world_size"])]
     return Recording(graph_dir, meta, ranks)

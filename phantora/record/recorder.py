@@ -111,6 +111,6 @@ def write_recording(out_dir: Path, logs: Mapping[int, RankLog], result: LiveResu
                            for rank in range(classes.world)],
             "collectives": len(result.collectives)}
     if classes.deduplicated:
-        meta["rank_classes"] = [classes.outer, classes.replicas, classes.inner]
+        meta["rank_classes"] = classes.grid
     write_graph(out_dir / GRAPH_DIR, meta,
                 ((rank, log.records) for rank, log in sorted(logs.items())))

@@ -42,7 +42,7 @@ def fill_live_summary(summary: Summary, result: LiveResult, coverage: Coverage |
     live = result.ranks if classes is None else \
         [result.ranks[rank] for rank in classes.live_ranks()]
     if classes is not None:
-        summary.dedup.update(grid=[classes.outer, classes.replicas, classes.inner],
+        summary.dedup.update(grid=classes.grid,
                              live_ranks=classes.live_ranks(),
                              mirrored_ranks={str(m): r for m, r in classes.mirrors().items()})
     ns3_s = float(backend.stats().extra.get("inter.run_cpu_s", 0.0))
