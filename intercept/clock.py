@@ -55,6 +55,11 @@ the clock, at its next reading; the measurement's own CPU time is skipped) to fo
 changes. A new ratio applies from the moment it was measured on: the CPU counted before keeps
 the ratio it was counted with, so readings stay continuous and monotonic.
 
+In *counted* mode (``script_work``, the default of a scenario: ``simulation.host_time``) the
+CPU is not measured either: the script's part is its counted Python work, already in the
+reference host's ns (``intercept.python_work``), so the reading is the same on any machine,
+loaded or idle, however many ranks share it. No host-speed ratio, no residual smoothing.
+
 In *reproducible* mode the CPU is not measured at all: every intercepted op (see
 :meth:`VirtualClock.tick`) costs a fixed ``op_cost_ns`` instead, so two runs give bit-identical
 times.
@@ -133,7 +138,11 @@ class VirtualClock:
     def __init__(self, *, start_ns: int = 0, epoch_ns: int | None = None,
                  op_cost_ns: int | None = None, excluded_cpu: ExcludedCpu | None = None,
                  cpu_scale: CpuScale | None = None,
-                 remeasure_every_cpu_ns: int = REMEASURE_EVERY_CPU_NS) -> None:
+                 remeasure_every_cpu_ns: int = REMEASURE_EVERY_CPU_NS,
+                 script_work: Callable[[], int] | None = None) -> None:
+        if script_work is not None and (op_cost_ns is not None or cpu_scale is not None):
+            raise ValueError("counted mode (script_work) measures no CPU time: not with "
+                             "op_cost_ns or cpu_scale")
         if op_cost_ns is not None and op_cost_ns < 0:
             raise ValueError(f"op_cost_ns is {op_cost_ns}; a cost is >= 0 ns")
         if op_cost_ns is not None and cpu_scale is not None:
@@ -174,6 +183,8 @@ class VirtualClock:
         """Host time charged from the host-cost table (``charge_table``)."""
         self._fixed_ns = 0
         """Reproducible mode's fixed costs (``tick``)."""
+        self._script_work = script_work
+        self._work_origin_ns = 0 if script_work is None else script_work()
         os.register_at_fork(after_in_child=self._forget_threads)
 
     def _forget_threads(self) -> None:
@@ -186,6 +197,11 @@ class VirtualClock:
     def reproducible(self) -> bool:
         """Whether script CPU time is replaced by a fixed cost per intercepted op."""
         return self.op_cost_ns is not None
+
+    @property
+    def counted(self) -> bool:
+        """Whether the script's time is its counted Python work (no CPU time is measured)."""
+        return self._script_work is not None
 
     @property
     def speed_ratio(self) -> SpeedRatio:
@@ -269,7 +285,7 @@ class VirtualClock:
         """Add ``reference_ns`` (either sign) to the script's counted time, already converted to
         the reference host (``intercept.residual``: a robust estimate in place of a reading).
         Readings stay monotonic: a reading never falls below an earlier one."""
-        if self.op_cost_ns is not None:
+        if self.op_cost_ns is not None or self._script_work is not None:
             return
         with self._lock:
             self._scaled_before_ns += reference_ns
@@ -277,9 +293,13 @@ class VirtualClock:
     def host_split(self) -> "HostTimeSplit":
         """The host time so far by origin (table-charged, measured residual, fixed)."""
         with self._lock:
-            residual_ns = 0 if self.op_cost_ns is not None else (
-                self._scaled_before_ns
-                + self._ratio.scale(self._script_cpu_ns() - self._script_before_ns))
+            if self.op_cost_ns is not None:
+                residual_ns = 0
+            elif self._script_work is not None:
+                residual_ns = self._script_work() - self._work_origin_ns
+            else:
+                residual_ns = (self._scaled_before_ns
+                               + self._ratio.scale(self._script_cpu_ns() - self._script_before_ns))
             return HostTimeSplit(self._table_ns, residual_ns, self._fixed_ns)
 
     def advance_to(self, t_ns: int) -> None:
@@ -324,6 +344,8 @@ class VirtualClock:
         """The unclamped reading; call with the lock held."""
         if self.op_cost_ns is not None:
             return self._offset_ns
+        if self._script_work is not None:
+            return self._offset_ns + self._script_work() - self._work_origin_ns
         script_ns = self._script_cpu_ns()
         return (self._offset_ns + self._scaled_before_ns
                 + self._ratio.scale(script_ns - self._script_before_ns))

@@ -19,6 +19,11 @@ CALIBRATION_OPS = 100
 class _NullRuntime:
     """Records nothing: the runtime of :func:`calibrate_dispatch_glue`'s private mode."""
 
+    counts_work = False
+
+    def autograd(self, *, recorded: bool, node: object | None) -> None:
+        return None
+
     def excluded(self) -> ContextManager[None]:
         return contextlib.nullcontext()
 

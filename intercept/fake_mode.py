@@ -95,7 +95,10 @@ _METADATA_QUERIES: dict[Any, Callable[[Any], Any]] = dict(_DISPATCH_META_HANDLER
 class Runtime(Protocol):
     """What the mode needs of ``intercept.runtime.RankRuntime``."""
 
+    counts_work: bool
+
     def excluded(self) -> ContextManager[None]: ...
+    def autograd(self, *, recorded: bool, node: object | None) -> None: ...
     def kernel(self, spec: KernelSpec, stream: int, tensors: int = 1) -> None: ...
     def host_op(self, name: str) -> None: ...
     def sync(self, kind: str, target: int = 0) -> int: ...
@@ -237,12 +240,19 @@ class SimFakeMode(FakeTensorMode):
         if func in SHAPE_FROM_VALUES:
             self._sync_pending_inputs(args, kwargs)
         state.depth = 1
+        autograd = None
         try:
             with self.runtime.excluded():
                 out, launch = self._fake(func, types, args, kwargs)
+                if self.runtime.counts_work and out is not NotImplemented:
+                    autograd = (_records_grad(args, kwargs), torch._C._current_autograd_node())
         finally:
             state.depth = 0
+        if autograd is not None:
+            self.runtime.autograd(recorded=autograd[0], node=autograd[1])
         if out is _RUN_REAL:
+            if self.runtime.counts_work:  # no count sees its C++ work: charge the table's
+                self.runtime.host_op(func._opname)
             with shim.script_time():  # real CPU work a real host does too
                 return func(*args, **kwargs)  # this mode is popped here: the real kernel runs
         if out is NotImplemented:
@@ -394,6 +404,13 @@ class SimFakeMode(FakeTensorMode):
             return handler(self, *args, **kwargs)
         finally:
             self._thread.hop = previous
+
+
+def _records_grad(args: Any, kwargs: Any) -> bool:
+    """Whether autograd recorded the op for backward (grad mode on, an input requires grad)."""
+    if not torch.is_grad_enabled():
+        return False
+    return any(t.requires_grad for t in op_costs.flat_tensors((args, kwargs)))
 
 
 def _list_length(args: Any) -> int:

@@ -25,11 +25,11 @@ costs the reference host about a millisecond where the output's shape is new, an
 where only the reduction length is. Fixed-shape training pays it in its first step; an MoE
 expert's GEMM, sized by its routed tokens, pays it whenever a count comes up for the first time.
 
-NB (known, not modelled): the autograd engine's per-node work and the extra cost of recording
-an op for autograd (~4 us per op on the reference host) stay in the measured residual, as the
-C++ of the autograd layer runs for real around each fake op; DDP's reducer, FSDP2's hooks and
-DTensor's dispatch likewise (their tables are measured, ``scripts/data/host_costs/``, but not
-charged).
+The autograd layer's C++ runs for real around each fake op, but only measured CPU time sees it.
+Where the script's time is counted (``intercept.python_work``), it is charged from the table
+too (``autograd_ns``): recording an op whose inputs require grad (``record``), and the engine's
+work per backward node (``node``, its ops' own costs aside). DDP's reducer (C++) is not charged
+in that mode; FSDP2's hooks and DTensor's dispatch are Python, counted.
 
 No torch import: the coordinator and tests read the table without it.
 """
@@ -44,7 +44,7 @@ from typing import Any
 from phantora.calibration.tables import HOST_COSTS
 
 TABLE_PATH = HOST_COSTS.path
-TABLE_VERSION = 2
+TABLE_VERSION = 3
 
 MATMUL = frozenset({"mm", "bmm", "matmul", "_scaled_mm", "_int_mm", "dot", "mv"})
 MATMUL_BIAS = frozenset({"addmm", "baddbmm", "addbmm", "addmv", "_addmm_activation"})
@@ -111,6 +111,9 @@ class HostCostTable:
     gemm_first_seen_ns: dict[str, int]
     """Extra cost of a cuBLAS product whose shape is new to the process: ``new_output`` (its
     output's shape is new) and ``new_reduction`` (only its reduction length is)."""
+    autograd_ns: dict[str, int]
+    """The autograd layer's C++: ``record`` (an op recorded for backward) and ``node`` (the
+    engine's work per backward node beyond its ops)."""
     provenance: dict[str, Any]
 
     def scaled_to(self, reference: str) -> "HostCostTable":
@@ -134,7 +137,7 @@ class HostCostTable:
         return HostCostTable(reference, round(self.script_call_ns * factor),
                              scale(self.families_ns), round(self.foreach_per_tensor_ns * factor),
                              scale(self.collectives_ns), scale(self.gemm_first_seen_ns),
-                             {**self.provenance, "scaled_from": self.reference,
+                             scale(self.autograd_ns), {**self.provenance, "scaled_from": self.reference,
                               "scale_factor": round(factor, 4)})
 
     def op_ns(self, name: str, *, launches: bool, tensors: int = 1) -> int:
@@ -174,11 +177,15 @@ def table_from_json(data: dict[str, Any]) -> HostCostTable:
     if gemm.keys() != {"new_output", "new_reduction"}:
         raise ValueError("host cost table: gemm_first_seen_ns needs exactly 'new_output' and "
                          f"'new_reduction', found {sorted(gemm)}")
+    autograd = {k: int(v) for k, v in data["autograd_ns"].items()}
+    if autograd.keys() != {"record", "node"}:
+        raise ValueError("host cost table: autograd_ns needs exactly 'record' and 'node', "
+                         f"found {sorted(autograd)}")
     return HostCostTable(reference=str(data["reference"]),
                          script_call_ns=int(data["script_call_ns"]), families_ns=families,
                          foreach_per_tensor_ns=int(data["foreach_per_tensor_ns"]),
                          collectives_ns=collectives, gemm_first_seen_ns=gemm,
-                         provenance=dict(data["provenance"]))
+                         autograd_ns=autograd, provenance=dict(data["provenance"]))
 
 
 @cache
@@ -191,11 +198,9 @@ def table_for(reference: str | None, gpu: str) -> HostCostTable:
     """The shipped table for ``simulation.host_cpu`` ``reference``; ``None`` (reproducible mode)
     or ``native`` (this machine's CPU, unscaled, for the script's Python) take the reference
     host of ``gpu``, a catalogue key."""
-    from intercept.host_references import NATIVE, references
+    from intercept.host_references import reference_host
 
-    if reference is None or reference == NATIVE:
-        reference = references().for_gpu(gpu).name
-    return load_table().scaled_to(reference)
+    return load_table().scaled_to(reference_host(reference, gpu))
 
 
 GemmShape = tuple[str, str, str, int, int, int, int]

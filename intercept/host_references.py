@@ -110,3 +110,11 @@ def references() -> References:
 def host_cpu_choices() -> tuple[str, ...]:
     """What ``simulation.host_cpu`` accepts: every reference host, then ``native``."""
     return (*sorted(references().hosts), NATIVE)
+
+
+def reference_host(host_cpu: str | None, gpu: str) -> str:
+    """The reference host ``simulation.host_cpu`` names; ``None`` (reproducible mode) or
+    :data:`NATIVE` take the reference host of ``gpu``, a catalogue key."""
+    if host_cpu is None or host_cpu == NATIVE:
+        return references().for_gpu(gpu).name
+    return host_cpu

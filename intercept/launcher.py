@@ -93,7 +93,9 @@ class Launcher:
     tests). ``epoch_ns`` is what every rank's ``time.time_ns()`` reads at virtual time 0
     (default: now); ``op_cost_ns`` switches on reproducible mode (see ``intercept.clock``);
     ``host_cpu`` names the reference host whose CPU speed the ranks' script CPU time is scaled
-    to (``intercept.host_speed``; ``None`` or ``"native"``: unscaled); ``values`` the value
+    to (``intercept.host_speed``; ``None`` or ``"native"``: unscaled), or whose costs the
+    script's counted Python work is charged at (``counted``: ``intercept.python_work``, in place
+    of measuring CPU time; not with ``op_cost_ns``); ``values`` the value
     model (``intercept.value_policy``); ``ranks`` the ranks to run, each still seeing all
     ``world_size`` (default: all of them; the engine mirrors the others).
     """
@@ -103,7 +105,7 @@ class Launcher:
                  gpus_per_host: int | None = None, fake_device: bool = True,
                  epoch_ns: int | None = None, op_cost_ns: int | None = None,
                  host_cpu: str | None = None, values: ValuePolicy = ValuePolicy(),
-                 master_addr: str = "127.0.0.1",
+                 counted: bool = False, master_addr: str = "127.0.0.1",
                  master_port: int = 29500, ranks: Sequence[int] | None = None) -> None:
         if world_size < 1 or ranks_per_host < 1 or world_size % ranks_per_host:
             raise ValueError(f"world_size ({world_size}) must be a positive multiple of "
@@ -117,7 +119,7 @@ class Launcher:
             gpus_per_host=gpus_per_host or ranks_per_host, out_dir=Path(out_dir).resolve(),
             fake_device=fake_device, epoch_ns=time.time_ns() if epoch_ns is None else epoch_ns,
             op_cost_ns=op_cost_ns, master_addr=master_addr, master_port=master_port,
-            run_id=uuid.uuid4().hex[:12], host_cpu=host_cpu, values=values)
+            run_id=uuid.uuid4().hex[:12], host_cpu=host_cpu, values=values, counted=counted)
         self.ranks = list(range(world_size)) if ranks is None else sorted(ranks)
         """The ranks that run (the others of ``world_size`` are mirrored by the engine)."""
         if not self.ranks or not set(self.ranks) <= set(range(world_size)):

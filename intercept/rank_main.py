@@ -34,6 +34,8 @@ from intercept import shim
 from intercept.client import CoordinatorClient
 from intercept.clock import VirtualClock, patched_time
 from intercept.host_cost import table_for
+from intercept.host_references import reference_host
+from intercept.python_work import CountedWork, weights_for
 from intercept.host_speed import host_speed_for
 from intercept.program import Program
 from intercept.residual import ResidualSmoother
@@ -74,6 +76,9 @@ class LaunchSpec:
     (``intercept.host_speed``); ``None`` or ``"native"`` counts it as measured here."""
     values: ValuePolicy = ValuePolicy()
     """The value model: routing, seed, what unknown data-dependent shapes do."""
+    counted: bool = False
+    """Count the script's Python work instead of measuring its CPU time
+    (``intercept.python_work``; ``simulation.host_time: counted``); needs the fake device."""
 
     def log_path(self, rank: int) -> Path:
         return self.out_dir / "ranks" / f"rank{rank}.log"
@@ -150,19 +155,24 @@ def _run(spec: LaunchSpec, rank: int, kernel_cost: KernelCostModel) -> int:
     spec.program.enter(spec.args)
     atexit._clear()  # the fork server's handlers are not the script's
 
-    # Measured before the clock starts: the benchmark's CPU time is not the script's.
-    cpu_scale = host_speed_for(spec.host_cpu)
-    clock = VirtualClock(epoch_ns=spec.epoch_ns, op_cost_ns=spec.op_cost_ns, cpu_scale=cpu_scale)
+    counted_work = residual = None
+    if spec.counted and spec.op_cost_ns is None and shim.native_exclusion() is not None:
+        counted_work = CountedWork(weights_for(reference_host(spec.host_cpu, spec.gpu.name)))
+        clock = VirtualClock(epoch_ns=spec.epoch_ns, script_work=counted_work.ns)
+    else:
+        # Measured before the clock starts: the benchmark's CPU time is not the script's.
+        clock = VirtualClock(epoch_ns=spec.epoch_ns, op_cost_ns=spec.op_cost_ns,
+                             cpu_scale=host_speed_for(spec.host_cpu))
+        if spec.op_cost_ns is None and shim.native_exclusion() is not None:
+            residual = ResidualSmoother(shim.thread_counted_ns, clock.to_reference_ns,
+                                        clock.quietest_to_reference_ns)
     client = CoordinatorClient(Connection(spec.rank_fds[rank]), clock)
-    residual = None
-    if spec.op_cost_ns is None and shim.native_exclusion() is not None:
-        residual = ResidualSmoother(shim.thread_counted_ns, clock.to_reference_ns,
-                                    clock.quietest_to_reference_ns)
     runtime = RankRuntime(rank=rank, world_size=spec.world_size,
                           local_rank=rank % spec.ranks_per_host,
                           local_world_size=spec.ranks_per_host, gpu=spec.gpu, clock=clock,
                           client=client, kernel_cost=kernel_cost,
-                          host_costs=table_for(spec.host_cpu, spec.gpu.name), residual=residual)
+                          host_costs=table_for(spec.host_cpu, spec.gpu.name), residual=residual,
+                          counted_work=counted_work)
     runtime.make_current()
     client.start()
     with patched_time(clock):

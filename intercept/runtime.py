@@ -4,9 +4,11 @@ The fake CUDA device (``intercept.fake_mode`` and friends) reports what the scri
 GPU through :class:`RankRuntime`: kernels, events, stream waits, host syncs. The process-group
 backend (``intercept.process_group``) reports collectives. The runtime stamps each with the
 rank's :class:`~intercept.clock.VirtualClock`, charges what the reference host's CPU pays for the
-operation (``intercept.host_cost``: per op family, per collective) and replaces the script's
-measured CPU since the thread's previous operation by a robust estimate
-(``intercept.residual``), and hands it to the :class:`~intercept.client.CoordinatorClient`.
+operation (``intercept.host_cost``: per op family, per collective; in counted mode the autograd
+layer's work too), counts the calling thread's Python work (counted mode,
+``intercept.python_work``) or replaces the script's measured CPU since the thread's previous
+operation by a robust estimate (``intercept.residual``), and hands it to the
+:class:`~intercept.client.CoordinatorClient`.
 
 Collectives run on the process group's own stream, as ProcessGroupNCCL does: that stream first
 waits for the caller's current stream, runs the collective, and records an event that the
@@ -29,6 +31,7 @@ import numpy as np
 from intercept.client import CoordinatorClient, ValueSink
 from intercept.clock import VirtualClock
 from intercept.host_cost import CUBLAS_GEMMS, GemmShapeCache, HostCostTable, load_table
+from intercept.python_work import CountedWork
 from intercept.residual import ResidualSmoother
 from phantora.cluster.catalogue import GpuSpec
 from phantora.compute.model import KernelCost
@@ -51,7 +54,8 @@ class RankRuntime:
     def __init__(self, *, rank: int, world_size: int, local_rank: int, local_world_size: int,
                  gpu: GpuSpec, clock: VirtualClock, client: CoordinatorClient,
                  kernel_cost: KernelCostModel, host_costs: HostCostTable | None = None,
-                 residual: ResidualSmoother | None = None) -> None:
+                 residual: ResidualSmoother | None = None,
+                 counted_work: CountedWork | None = None) -> None:
         self.rank = rank
         self.world_size = world_size
         self.local_rank = local_rank
@@ -63,6 +67,9 @@ class RankRuntime:
         self.host_costs = load_table() if host_costs is None else host_costs
         self._gemm_shapes = GemmShapeCache(self.host_costs)
         self._residual = residual
+        self._counted_work = counted_work
+        self._autograd_node = threading.local()
+        """Per thread, the backward node whose ops it issued last (counted mode)."""
         self._steps: list[tuple[int, int, int]] = []
         self._step_mark = (0, 0)
         self._events = itertools.count(1)
@@ -123,6 +130,28 @@ class RankRuntime:
         with self.clock.excluded():
             name = name.removeprefix("aten::")
             self._host(name, self.host_costs.op_ns(name, launches=False))
+
+    @property
+    def counts_work(self) -> bool:
+        """Counted mode: the script's Python is counted, and C++ work that only measured CPU
+        time would see is charged (:meth:`autograd`, real CPU ops)."""
+        return self._counted_work is not None
+
+    def autograd(self, *, recorded: bool, node: object | None) -> None:
+        """Counted mode: the autograd layer's C++ around an intercepted op, which no count
+        sees: recording it for backward (``recorded``), and the engine's work for a backward
+        ``node`` (the one running the op on this thread, ``None`` outside backward) the first
+        time one of its ops comes. Nothing otherwise (measured CPU time holds that work)."""
+        if self._counted_work is None:
+            return
+        costs = self.host_costs.autograd_ns
+        cost_ns = costs["record"] if recorded else 0
+        if node is not None and node is not getattr(self._autograd_node, "node", None):
+            self._autograd_node.node = node
+            cost_ns += costs["node"]
+        if cost_ns:
+            with self.clock.excluded():
+                self.clock.charge_table(cost_ns)
 
     def step_done(self) -> None:
         """An optimizer step ended: remember its host time split (``summary.json``)."""
@@ -200,9 +229,12 @@ class RankRuntime:
 
     def _host(self, op: str, cost_ns: int) -> None:
         """An op's CPU side, in an excluded section: the script's CPU since the thread's last op
-        is replaced by its robust estimate, then the table's cost and the op's fixed
-        reproducible cost are charged."""
+        is replaced by its robust estimate (measured mode) or the thread is counted from now on
+        if it was not yet (counted mode), then the table's cost and the op's fixed reproducible
+        cost are charged."""
         if self._residual is not None:
             self.clock.correct(self._residual.boundary(op))
+        if self._counted_work is not None:
+            self._counted_work.count_this_thread()
         self.clock.tick()
         self.clock.charge_table(cost_ns)

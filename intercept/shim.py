@@ -27,6 +27,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -211,6 +212,37 @@ def thread_counted_ns() -> int:
     return int(_gil_library().fakecuda_thread_counted_ns())
 
 
+class WorkCounts(NamedTuple):
+    """The script's Python work counted so far on counted threads, outside excluded sections
+    (:func:`count_thread`): what a real host runs too, in units that do not depend on this
+    machine's speed or load."""
+
+    lines: int
+    """Source lines started (each loop iteration starts its lines again)."""
+    calls: int
+    """Python functions entered (generators resumed included)."""
+
+
+def count_thread() -> bool:
+    """Count the calling thread's Python work from now on (:func:`work_counts`). It takes the
+    thread's trace function (``sys.settrace``): returns ``False`` where another one was set
+    (a debugger, a coverage tool), which no longer runs."""
+    return _gil_library().fakecuda_count_thread() == 0
+
+
+def thread_counted() -> bool:
+    """Whether the calling thread's Python work is being counted (nothing has replaced the
+    counter with a trace function of its own since :func:`count_thread`)."""
+    return bool(_gil_library().fakecuda_thread_counted())
+
+
+def work_counts() -> WorkCounts:
+    """The script's Python work counted so far, all threads (see :class:`WorkCounts`)."""
+    out = (ctypes.c_int64 * 2)()
+    _gil_library().fakecuda_work_counts(out)
+    return WorkCounts(out[0], out[1])
+
+
 class Deductions(NamedTuple):
     """CPU time the shim takes off the script's between excluded sections (see fakecuda.cpp):
     what no section can cover, as calibrated. Each is at most the CPU time the thread spent
@@ -300,6 +332,7 @@ def _flags(torch_dir: Path) -> tuple[list[str], list[str]]:
     lib = torch_dir / "lib"
     compile_flags = ["-O2", "-std=c++20", "-shared", "-fPIC", "-w",
                      f"-D_GLIBCXX_USE_CXX11_ABI={_cxx11_abi(lib / 'libc10.so')}",
+                     f"-I{sysconfig.get_paths()['include']}",
                      f"-I{torch_dir / 'include'}",
                      f"-I{torch_dir / 'include' / 'torch' / 'csrc' / 'api' / 'include'}"]
     link_flags = [f"-L{lib}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{lib}"]
@@ -368,3 +401,9 @@ def _declare_exclusion(library: ctypes.PyDLL) -> None:
     library.fakecuda_thread_counted_ns.restype = ctypes.c_int64
     library.fakecuda_count_empty_sections.argtypes = [ctypes.c_int]
     library.fakecuda_count_empty_sections.restype = ctypes.c_int64
+    library.fakecuda_count_thread.argtypes = []
+    library.fakecuda_count_thread.restype = ctypes.c_int
+    library.fakecuda_thread_counted.argtypes = []
+    library.fakecuda_thread_counted.restype = ctypes.c_int
+    library.fakecuda_work_counts.argtypes = [ctypes.POINTER(ctypes.c_int64)]
+    library.fakecuda_work_counts.restype = None

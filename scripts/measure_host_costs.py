@@ -412,6 +412,21 @@ def gemm_first_seen_ns(gemm_raw: dict[str, Any]) -> dict[str, int]:
     return table
 
 
+AUTOGRAD_CASES = {"add requires_grad": "add out-of-place bf16 1M",
+                  "linear+bias requires_grad": "linear+bias (addmm)",
+                  "gelu requires_grad": "gelu bf16 1M", "layer_norm requires_grad": "layer_norm"}
+"""Each op with inputs that require grad, and the same op under ``no_grad``."""
+
+
+def autograd_ns(us: Callable[[str], float], elementwise_ns: int) -> dict[str, int]:
+    """The table's ``autograd_ns``: ``record``, the median extra cost of an op recorded for
+    backward (:data:`AUTOGRAD_CASES`); ``node``, the backward of a chain of ``mul`` per node less
+    its one elementwise op (the table's family cost): the engine's own work per node."""
+    record = statistics.median(us(grad) - us(plain) for grad, plain in AUTOGRAD_CASES.items())
+    backward = us("forward+backward chain of 50 mul") - us("forward chain of 50 mul")
+    return {"record": round(record * 1000), "node": round(backward * 1000) - elementwise_ns}
+
+
 def derive_table(raw: dict[str, Any], reference: str,
                  gemm_raw: dict[str, Any]) -> dict[str, Any]:
     """The ``phantora/calibration/data/host_costs.json`` form of a raw record and a
@@ -429,13 +444,14 @@ def derive_table(raw: dict[str, Any], reference: str,
     collectives["default"] = round(statistics.median(collectives.values()))
     families = {family: ns(cases) for family, cases in FAMILY_CASES.items()}
     return {
-        "version": 2,
+        "version": 3,
         "reference": reference,
         "script_call_ns": ns(("plain python call (2 args)",)),
         "families_ns": families,
         "foreach_per_tensor_ns": round(statistics.median(slopes) * 1000),
         "collectives_ns": collectives,
         "gemm_first_seen_ns": gemm_first_seen_ns(gemm_raw),
+        "autograd_ns": autograd_ns(us, families["elementwise"]),
         "provenance": {**raw["provenance"], "derived_by": "scripts/measure_host_costs.py "
                        "--import-raw --gemm-raw", "statistic": "median of rounds; family: "
                        "median of cases", "gemm_first_seen": gemm_raw["provenance"]},

@@ -394,7 +394,7 @@ def main() -> None:
                              "simulation varies run to run on a small shared machine)")
     parser.add_argument("--steady", action="store_true",
                         help="only workloads steady across host instances (GPU-bound by "
-                             f"measurement: session medians within {STEADY_SPAN:.0%})")
+                             f"measurement: session medians within {STEADY_SPAN * 100:.0f}%%)")
     parser.add_argument("--write-scenarios", action="store_true",
                         help="write scenarios/accuracy/*.yaml for the measured runs and exit")
     args = parser.parse_args()

@@ -16,8 +16,9 @@ class HostTimeSplit:
     table_ns: int = 0
     """Charged from the host-cost table (intercepted ops, collectives, kernel launches)."""
     residual_ns: int = 0
-    """The script's own Python between intercepted ops, measured and converted to the reference
-    host (0 in reproducible mode, where a fixed cost per op stands for it)."""
+    """The script's own Python between intercepted ops in the reference host's time: counted
+    (``simulation.host_time: counted``) or measured and converted; 0 in reproducible mode,
+    where a fixed cost per op stands for it."""
     fixed_ns: int = 0
     """Reproducible mode's fixed cost per op (``simulation.cpu_time_per_op``)."""
     steps: tuple[tuple[int, int, int], ...] = ()
@@ -142,7 +143,7 @@ class RankStats:
     """What one ns of the simulating machine's CPU counted as at exit: the reference host's
     time over this machine's for the host-speed benchmark (1.0 unscaled or reproducible)."""
     host_time: HostTimeSplit = HostTimeSplit()
-    """The rank's host time by origin: table-charged, measured residual, per optimizer step."""
+    """The rank's host time by origin: table-charged, residual, per optimizer step."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,13 @@
 //   * calibrated deductions (fakecuda_set_deductions) for what runs outside all of those: what
 //     timing a section costs, and the C++ glue around each op dispatch into Python.
 // Sections nest per thread (only the outermost is timed, with the thread's CPU clock).
+//
+// And it counts the script's Python work outside those sections (fakecuda_count_thread): lines
+// and calls of Python code, which a real host runs too and whose count, unlike CPU time, does
+// not depend on the machine or its load (intercept/clock.py converts them into a reference
+// host's time).
+
+#include <Python.h>
 
 #include <ATen/DeviceAccelerator.h>
 #include <ATen/detail/CUDAHooksInterface.h>
@@ -189,6 +196,24 @@ void exclusion_resume(int depth) {
   if (depth <= 0) return;
   exclusion_enter(false);
   this_thread_exclusion().depth = depth;
+}
+
+// ---- The script's Python work, counted (machine-independent; see the header) ------------------
+
+// Lines started and Python functions entered on counted threads outside excluded sections, all
+// threads together. Only touched with the GIL held; atomics so that readers never tear.
+std::atomic<int64_t> g_work_lines{0};
+std::atomic<int64_t> g_work_calls{0};
+
+// A trace function (PyEval_SetTrace) of a counted thread: counts only outside excluded sections.
+int count_work(PyObject*, PyFrameObject*, int what, PyObject*) {
+  if (t_exclusion.depth > 0) return 0;
+  if (what == PyTrace_LINE) {
+    g_work_lines.fetch_add(1, std::memory_order_relaxed);
+  } else if (what == PyTrace_CALL) {
+    g_work_calls.fetch_add(1, std::memory_order_relaxed);
+  }
+  return 0;
 }
 
 // RAII: exceptions (a Python error surfacing as c10::Error) close the section too.
@@ -576,6 +601,21 @@ void fakecuda_count_rest_of_dispatch() {
   int frame = t_dispatch_frames - 1;
   if (frame < 0 || frame >= kMaxDispatchFrames || t_dispatch_suspended[frame] >= 0) return;
   t_dispatch_suspended[frame] = exclusion_suspend();
+}
+// Count the calling thread's Python work from now on (needs the GIL: call through a PyDLL).
+// It replaces the thread's trace function (sys.settrace); returns 0, or -1 if one was set.
+int fakecuda_count_thread() {
+  PyThreadState* state = PyThreadState_Get();
+  int had_trace = state->c_tracefunc != nullptr && state->c_tracefunc != count_work ? -1 : 0;
+  PyEval_SetTrace(count_work, nullptr);
+  return had_trace;
+}
+// Whether the calling thread's trace function is still the counter (needs the GIL).
+int fakecuda_thread_counted() { return PyThreadState_Get()->c_tracefunc == count_work; }
+// Python work counted so far, all threads: out[0] lines, out[1] calls.
+void fakecuda_work_counts(int64_t* out) {
+  out[0] = g_work_lines.load(std::memory_order_relaxed);
+  out[1] = g_work_calls.load(std::memory_order_relaxed);
 }
 // Excluded CPU time of all threads so far, open sections up to now included.
 int64_t fakecuda_excluded_ns() {

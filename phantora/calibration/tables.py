@@ -37,6 +37,17 @@ HOST_COSTS = Table(DATA_DIR / "host_costs.json", Source(
 """Host CPU time per intercepted op on the reference host: kernel launches by op family,
 collective calls, first-seen GEMM shapes (``intercept.host_cost``)."""
 
+PYTHON_WORK = Table(DATA_DIR / "python_work.json", Source(
+    file="scripts/data/python_work/python_work_h100_1.json, scripts/data/python_work/"
+         "python_work_h100_2.json, scripts/data/python_work/python_work_h100_3.json",
+    date="2026-11-26",
+    gpu="NVIDIA H100 80GB HBM3 (lent nvidia-h100-x1; 16 vCPUs of an Intel Xeon)",
+    nccl="n/a (plain Python)", torch="2.11.0+cu130 (counted here with 2.13.0)",
+    how="scripts/measure_python_work.py --fit: per workload the median over 3 runs of the "
+        "fastest of 25 rounds; ns per line and per call fitted on module calls, hooks and an "
+        "optimizer loop, counted with this repository's Python and torch"))
+"""Reference-host ns per line and per call of Python (``intercept.python_work``)."""
+
 HOST_SPEED = Table(DATA_DIR / "host_speed.json", Source(
     file="scripts/data/host/h100-x1-b.json, scripts/data/host/h200-x2.json",
     date="2026-11-22",

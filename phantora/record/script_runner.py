@@ -109,6 +109,7 @@ def _run_once(workload: ScriptWorkload, simulation: SimulationConfig, topology: 
                         op_cost_ns=simulation.cpu_time_per_op_ns if simulation.reproducible
                         else None,
                         host_cpu=None if simulation.reproducible else simulation.host_cpu,
+                        counted=simulation.host_time == "counted",
                         values=ValuePolicy(Routing.parse(simulation.routing), seed,
                                            simulation.unknown_shapes),
                         ranks=classes.live_ranks())

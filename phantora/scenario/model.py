@@ -157,9 +157,13 @@ class SimulationConfig(_Resolved):
     reproducible: bool
     cpu_time_per_op_ns: int
     """Only used when ``reproducible``."""
+    host_time: str
+    """``counted | measured``: how the script's own Python is timed (``intercept.python_work``
+    or its CPU time); only used when not ``reproducible``."""
     host_cpu: str
-    """Reference host (``phantora/calibration/data/host_speed.json``) whose CPU speed the
-    script's host time is scaled to, or ``"native"``; only used when not ``reproducible``."""
+    """Reference host (``phantora/calibration/data/host_speed.json``) whose costs the host
+    time is charged at and whose CPU speed measured time is scaled to, or ``"native"``; only
+    used when not ``reproducible``."""
     overlap_slowdown: bool
     """Whether collectives in flight slow the kernels running beside them."""
     routing: str

@@ -84,6 +84,7 @@ def resolve_scenario(spec: ScenarioSpec, source: str) -> Scenario:
                     simulation=SimulationConfig(
                         reproducible=spec.simulation.reproducible,
                         cpu_time_per_op_ns=spec.simulation.cpu_time_per_op,
+                        host_time=spec.simulation.host_time,
                         host_cpu=_given(spec.simulation.host_cpu,
                                         host_references.references().for_gpu(gpu.name).name),
                         overlap_slowdown=spec.simulation.overlap_slowdown,

@@ -20,6 +20,7 @@ from pydantic import (
     Discriminator,
     Field,
     Tag,
+    model_validator,
 )
 
 from intercept.host_references import host_cpu_choices
@@ -407,12 +408,19 @@ class SimulationSpec(_Section):
     cpu_time_per_op: Duration = DEFAULT_CPU_TIME_PER_OP_NS
     """Reproducible mode's CPU cost of one intercepted op (the script's Python and PyTorch
     overhead around it), on top of the kernel launch overhead; default 10us."""
+    host_time: Literal["counted", "measured"] = "counted"
+    """How the script's own Python between intercepted ops (the part of host time no table
+    charges) is timed: counted (its lines and calls, at what the reference host pays per line
+    and per call: the same on any machine, loaded or idle, however many ranks share it;
+    intercept/python_work.py) or measured (this machine's CPU time, converted to the reference
+    host's speed: follows C work the count misses, but moves with this machine's load). Not
+    used when reproducible."""
     host_cpu: Annotated[str, Choice, AfterValidator(_host_cpu)] | None = None
-    """Whose CPU speed the script's own host time is counted at: a reference GPU host measured
-    on the benchmark of intercept/host_benchmark.py (h100-host, h200-host, ...), into whose time
-    this machine's CPU time is converted, or native (this machine's CPU time as measured:
-    results then depend on its speed and load). Default the reference host of cluster.gpu,
-    else the H100's. Not used when reproducible."""
+    """Which reference GPU host's CPU the host time is charged at (h100-host, h200-host, ...:
+    its tables, and the speed of its benchmark in intercept/host_benchmark.py, into which
+    measured CPU time is converted), or native (host_time: measured only: this machine's CPU
+    time as measured, so results depend on its speed and load). Default the reference host of
+    cluster.gpu, else the H100's. Not used when reproducible."""
     overlap_slowdown: bool = True
     """Slow kernels that run while a collective is in flight on the same GPU (NCCL's channels
     take SMs and memory bandwidth) by the factors measured on 2xH200
@@ -437,6 +445,14 @@ class SimulationSpec(_Section):
     (phantora/engine/rank_classes.py); a wrong guess reruns with better classes. off: every
     rank runs live."""
 
+    @model_validator(mode="after")
+    def _native_is_measured(self) -> "SimulationSpec":
+        if self.host_cpu == "native" and self.host_time == "counted" and not self.reproducible:
+            raise ValueError("host_cpu: native means this machine's measured CPU time; set "
+                             "host_time: measured with it, or name a reference host "
+                             f"({', '.join(host_cpu_choices()[:-1])})")
+        return self
+
 
 class ScenarioSpec(_Section):
     """A whole ``scenario.yaml``."""
@@ -453,5 +469,5 @@ class ScenarioSpec(_Section):
     """What to run: workload.collectives (a sweep), or a training program: workload.script or
     workload.module."""
     simulation: SimulationSpec = SimulationSpec()
-    """Timing and values of live scripts: reproducible, cpu_time_per_op, host_cpu,
+    """Timing and values of live scripts: reproducible, cpu_time_per_op, host_time, host_cpu,
     overlap_slowdown, routing, unknown_shapes, cpus, dedup."""

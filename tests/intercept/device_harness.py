@@ -92,6 +92,12 @@ class StandInRuntime:
         self._check("charge_host")
         self.clock_ns += duration_ns
 
+    counts_work = False
+    """Python work is not counted here: :meth:`autograd` is never called."""
+
+    def autograd(self, *, recorded: bool, node: object | None) -> None:
+        raise AssertionError("autograd() is only called in counted mode")
+
     def host_op(self, name: str) -> None:
         self._check("host_op")
         self.host_ops.append(name)

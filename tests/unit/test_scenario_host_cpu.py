@@ -1,4 +1,5 @@
-"""``simulation.host_cpu``: validated against the shipped reference hosts, defaulted by GPU."""
+"""``simulation.host_cpu`` and ``host_time``: validated against the shipped reference hosts,
+defaulted by GPU; ``native`` only with measured host time."""
 
 from typing import Any
 
@@ -25,7 +26,7 @@ def test_default_is_the_reference_host_of_the_gpu_else_the_h100s(gpu: str, host:
 @pytest.mark.parametrize("given,resolved", [("native", "native"), ("NATIVE", "native"),
                                             ("h200-host", "h200-host")])
 def test_a_given_host_cpu_is_kept(given: str, resolved: str) -> None:
-    parsed = parse_scenario(scenario("h100", host_cpu=given), SOURCE)
+    parsed = parse_scenario(scenario("h100", host_cpu=given, host_time="measured"), SOURCE)
     assert parsed.simulation.host_cpu == resolved
     assert parsed.echo()["simulation"]["host_cpu"] == resolved
 
@@ -41,3 +42,14 @@ def test_an_unknown_host_cpu_names_the_key_and_the_choices() -> None:
 def test_host_cpu_must_be_text() -> None:
     with pytest.raises(ScenarioError, match=r"simulation\.host_cpu: got 1;"):
         parse_scenario(scenario(host_cpu=1), SOURCE)
+
+
+def test_host_time_is_counted_by_default_and_native_needs_it_measured() -> None:
+    assert parse_scenario(scenario(), SOURCE).simulation.host_time == "counted"
+    with pytest.raises(ScenarioError) as caught:
+        parse_scenario(scenario(host_cpu="native"), SOURCE)
+    assert "host_cpu: native means this machine's measured CPU time; set host_time: " \
+           "measured with it" in str(caught.value)
+    assert parse_scenario(scenario(host_cpu="native", reproducible=True), SOURCE)
+    with pytest.raises(ScenarioError, match=r"simulation\.host_time: .*counted.*measured"):
+        parse_scenario(scenario(host_time="exact"), SOURCE)

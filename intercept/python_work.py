@@ -1,0 +1,91 @@
+"""The script's own Python between intercepted ops, *counted*: the machine-independent residual of
+a rank's host time (``simulation.host_time: counted``, the default).
+
+The fake-CUDA shim counts the lines and calls of Python that the rank's threads run outside the
+simulator's excluded sections (``intercept.shim.count_thread``, ``work_counts``): the script, the
+libraries it calls (``nn.Module``'s call path, hooks, the optimizer's loops), DTensor's dispatch.
+A real host runs the same lines, so the count does not depend on this machine, its load or how
+many ranks share it. :class:`CountedWork` turns it into the reference host's time with two
+weights measured there (``scripts/measure_python_work.py``, ``phantora/calibration/data/
+python_work.json``): ns per line and ns per call, fitted on module calls, hooks and optimizer
+loops, scaled to another reference host by the host-speed benchmark's ``calls`` component.
+
+Limits (``docs/models/host.md``): a line's real cost varies with what it does (a tight
+arithmetic loop ~20 ns per line, a formatted log line ~600 ns), so Python far from a training
+step's mix is over- or under-charged; C work the script calls that is not an intercepted op
+(numpy, a tokenizer, real CPU tensors) is not counted; a script's own ``sys.settrace`` (a
+debugger) replaces the counter on its thread, which is reported.
+"""
+
+import json
+import threading
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from intercept import shim
+from phantora.calibration.tables import PYTHON_WORK
+
+
+@dataclass(frozen=True)
+class WorkWeights:
+    """Reference-host ns per counted unit of Python work."""
+
+    line_ns: float
+    call_ns: float
+
+    def scaled(self, factor: float) -> "WorkWeights":
+        return WorkWeights(self.line_ns * factor, self.call_ns * factor)
+
+
+@cache
+def load_weights(path: Path = PYTHON_WORK.path) -> WorkWeights:
+    """The shipped weights (measured on the ``h100-host`` reference)."""
+    data = json.loads(path.read_text())
+    return WorkWeights(float(data["line_ns"]), float(data["call_ns"]))
+
+
+WEIGHTS_REFERENCE = "h100-host"
+"""The reference host the shipped weights were measured on."""
+
+
+def weights_for(reference: str) -> WorkWeights:
+    """The weights for ``simulation.host_cpu`` ``reference``: the shipped ones scaled by the two
+    hosts' ``calls`` component of the host-speed benchmark (Python function calls and attribute
+    lookups, what a module's call path is made of)."""
+    weights = load_weights()
+    if reference == WEIGHTS_REFERENCE:
+        return weights
+    from intercept.host_references import references
+
+    hosts = references().hosts
+    if reference not in hosts:
+        raise ValueError(f"unknown reference host {reference!r}; expected one of "
+                         f"{', '.join(sorted(hosts))}")
+    return weights.scaled(hosts[reference].components_ns["calls"]
+                          / hosts[WEIGHTS_REFERENCE].components_ns["calls"])
+
+
+class CountedWork:
+    """The rank's counted Python work as reference-host ns (:meth:`ns`, monotonic), counting every
+    thread that :meth:`count_this_thread` was called on (the main thread from construction)."""
+
+    def __init__(self, weights: WorkWeights) -> None:
+        self._weights = weights
+        self._local = threading.local()
+        self.replaced_threads: list[str] = []
+        """Threads whose counter a trace function of the script's own had replaced."""
+        self.count_this_thread()
+
+    def count_this_thread(self) -> None:
+        """Count the calling thread from now on (cheap after the first call on a thread)."""
+        if getattr(self._local, "counted", False):
+            return
+        self._local.counted = True
+        if not shim.count_thread():
+            self.replaced_threads.append(threading.current_thread().name)
+
+    def ns(self) -> int:
+        """Reference-host ns of the Python work counted so far, all counted threads."""
+        counts = shim.work_counts()
+        return round(counts.lines * self._weights.line_ns + counts.calls * self._weights.call_ns)

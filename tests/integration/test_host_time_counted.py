@@ -1,0 +1,62 @@
+"""Counted host time (the default) on a real script: a host-bound step's estimate is the same
+whether this machine is idle or busy, and summary.json splits it into table and counted work."""
+
+import json
+import multiprocessing
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import yaml
+
+from tests.integration.live_examples import SCENARIO_DIR, parse_steps
+
+
+def _spin() -> None:
+    while True:
+        pass
+
+
+@contextmanager
+def busy_cpus(count: int) -> Iterator[None]:
+    """``count`` processes spinning on the CPUs while inside."""
+    spinners = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(count)]
+    for spinner in spinners:
+        spinner.start()
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.join()
+
+
+def run_single(tmp_path: Path, run_cli: Callable[[list[str]], None], name: str
+               ) -> tuple[dict, list[float]]:
+    """The bundled one-GPU tiny GPT (host-bound: 4 steps of 2 micro-batches), counted."""
+    spec = yaml.safe_load((SCENARIO_DIR / "h100x1-gpt-single.yaml").read_text())
+    spec["workload"]["script"] = str((SCENARIO_DIR / spec["workload"]["script"]).resolve())
+    spec["workload"]["args"] = ["--steps", "4", "--grad-accum", "2", "--num-workers", "0"]
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    out = tmp_path / name
+    run_cli([str(path), "--out", str(out)])
+    summary = json.loads((out / "summary.json").read_text())
+    return summary, [s.wall_ms for s in parse_steps((out / "ranks" / "rank0.log").read_text())]
+
+
+def test_a_host_bound_step_is_the_same_on_an_idle_and_a_busy_machine(
+        tmp_path: Path, run_cli: Callable[[list[str]], None]) -> None:
+    idle, idle_steps = run_single(tmp_path, run_cli, "idle")
+    with busy_cpus(2):
+        busy, busy_steps = run_single(tmp_path, run_cli, "busy")
+    assert len(idle_steps) == 4
+    assert busy_steps == idle_steps
+    host_time = idle["ranks"][0]["host_time"]
+    steps = host_time["steps"]
+    assert len(steps) == 4
+    # the middle steps (no warm-up) charge the same table time; the script's own work differs
+    # a little with its branches (the learning-rate warm-up)
+    assert steps[1][1] == steps[2][1] > 0
+    assert all(0 < work < table for _, table, work in steps)
+    assert busy["ranks"][0]["host_time"] == host_time
