@@ -24,6 +24,9 @@ class _NullRuntime:
     def autograd(self, *, recorded: bool, node: object | None) -> None:
         return None
 
+    def tensor_subclass(self) -> None:
+        return None
+
     def excluded(self) -> ContextManager[None]:
         return contextlib.nullcontext()
 

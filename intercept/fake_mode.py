@@ -99,6 +99,7 @@ class Runtime(Protocol):
 
     def excluded(self) -> ContextManager[None]: ...
     def autograd(self, *, recorded: bool, node: object | None) -> None: ...
+    def tensor_subclass(self) -> None: ...
     def kernel(self, spec: KernelSpec, stream: int, tensors: int = 1) -> None: ...
     def host_op(self, name: str) -> None: ...
     def sync(self, kind: str, target: int = 0) -> int: ...
@@ -226,7 +227,7 @@ class SimFakeMode(FakeTensorMode):
         state = self._thread
         if getattr(state, "depth", 0):
             # An op FakeTensorMode issues while executing another one: no kernel of its own.
-            if getattr(state, "counted", False):
+            if getattr(state, "counted", False) and not self.runtime.counts_work:
                 shim.count_rest_of_dispatch()
             if func in DATA_DEPENDENT:
                 return self._data_dependent(func, args, kwargs,
@@ -259,7 +260,11 @@ class SimFakeMode(FakeTensorMode):
             # A tensor subclass (DTensor) dispatches the op next, in the same call from C++:
             # its sharding propagation and redistribution run on a real host too (100+ us per
             # op, most of a tensor-parallel step's host time). The ops it issues come back here.
-            shim.count_rest_of_dispatch()
+            # Counted mode charges the table's cost of it instead (its C++ part no count sees).
+            if self.runtime.counts_work:
+                self.runtime.tensor_subclass()
+            else:
+                shim.count_rest_of_dispatch()
             return out
         if func.namespace == FUNCTIONAL_COLLECTIVE_NAMESPACE:
             if self.on_functional_collective is None:

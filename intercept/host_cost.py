@@ -25,22 +25,26 @@ costs the reference host about a millisecond where the output's shape is new, an
 where only the reduction length is. Fixed-shape training pays it in its first step; an MoE
 expert's GEMM, sized by its routed tokens, pays it whenever a count comes up for the first time.
 
-The autograd layer's C++ runs for real around each fake op, but only measured CPU time sees it.
-Where the script's time is counted (``intercept.python_work``), it is charged from the table
-too (``autograd_ns``): recording an op whose inputs require grad (``record``), and the engine's
-work per backward node (``node``, its ops' own costs aside). DDP's reducer (C++) is not charged
-in that mode; FSDP2's hooks and DTensor's dispatch are Python, counted.
+The autograd layer's C++ and a tensor subclass's dispatch run for real around each fake op, but
+only measured CPU time sees their C++ part. Where the script's time is counted
+(``intercept.python_work``), the table charges them instead (``layers_ns``): recording an op
+whose inputs require grad (``autograd_record``), the engine's work per backward node beyond its
+ops (``autograd_node``), and DTensor's dispatch of an op beyond the op on its local tensors
+(``tensor_subclass``: unwrapping, sharding propagation, wrapping; fitted on real
+tensor-parallel steps, ``intercept.host_fit``; the subclass's Python is then not counted). DDP's reducer (C++) is not charged in that mode; FSDP2's hooks are Python,
+counted.
 
 No torch import: the coordinator and tests read the table without it.
 """
 
 import json
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+from intercept.host_fit import load_fit
 from phantora.calibration.tables import HOST_COSTS
 
 TABLE_PATH = HOST_COSTS.path
@@ -71,6 +75,9 @@ FACTORY = frozenset({"zeros", "ones", "full", "zeros_like", "ones_like", "full_l
 ALLOC = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
                    "resize_"})
 FUSED_OPTIMIZERS = frozenset({"_fused_adamw_", "_fused_adam_", "_fused_sgd_", "_fused_adagrad_"})
+LAYERS = ("autograd_record", "autograd_node")
+"""The keys of ``layers_ns`` in the table's file; :func:`load_table` adds ``tensor_subclass``
+from the constants fitted on real steps (``intercept.host_fit``)."""
 CUBLAS_GEMMS = frozenset({"mm", "addmm", "bmm", "baddbmm"})
 """Products that go through cuBLAS's per-shape heuristic (:class:`GemmShapeCache`)."""
 CUBLAS_HEURISTICS_CACHE_CAPACITY = 8192
@@ -111,9 +118,9 @@ class HostCostTable:
     gemm_first_seen_ns: dict[str, int]
     """Extra cost of a cuBLAS product whose shape is new to the process: ``new_output`` (its
     output's shape is new) and ``new_reduction`` (only its reduction length is)."""
-    autograd_ns: dict[str, int]
-    """The autograd layer's C++: ``record`` (an op recorded for backward) and ``node`` (the
-    engine's work per backward node beyond its ops)."""
+    layers_ns: dict[str, int]
+    """What layers above an op cost per op (see the module doc): ``autograd_record``,
+    ``autograd_node``, ``tensor_subclass``."""
     provenance: dict[str, Any]
 
     def scaled_to(self, reference: str) -> "HostCostTable":
@@ -137,7 +144,7 @@ class HostCostTable:
         return HostCostTable(reference, round(self.script_call_ns * factor),
                              scale(self.families_ns), round(self.foreach_per_tensor_ns * factor),
                              scale(self.collectives_ns), scale(self.gemm_first_seen_ns),
-                             scale(self.autograd_ns), {**self.provenance, "scaled_from": self.reference,
+                             scale(self.layers_ns), {**self.provenance, "scaled_from": self.reference,
                               "scale_factor": round(factor, 4)})
 
     def op_ns(self, name: str, *, launches: bool, tensors: int = 1) -> int:
@@ -177,21 +184,23 @@ def table_from_json(data: dict[str, Any]) -> HostCostTable:
     if gemm.keys() != {"new_output", "new_reduction"}:
         raise ValueError("host cost table: gemm_first_seen_ns needs exactly 'new_output' and "
                          f"'new_reduction', found {sorted(gemm)}")
-    autograd = {k: int(v) for k, v in data["autograd_ns"].items()}
-    if autograd.keys() != {"record", "node"}:
-        raise ValueError("host cost table: autograd_ns needs exactly 'record' and 'node', "
-                         f"found {sorted(autograd)}")
+    layers = {k: int(v) for k, v in data["layers_ns"].items()}
+    if layers.keys() != set(LAYERS):
+        raise ValueError(f"host cost table: layers_ns needs exactly {', '.join(LAYERS)}, "
+                         f"found {', '.join(sorted(layers))}")
     return HostCostTable(reference=str(data["reference"]),
                          script_call_ns=int(data["script_call_ns"]), families_ns=families,
                          foreach_per_tensor_ns=int(data["foreach_per_tensor_ns"]),
                          collectives_ns=collectives, gemm_first_seen_ns=gemm,
-                         autograd_ns=autograd, provenance=dict(data["provenance"]))
+                         layers_ns=layers, provenance=dict(data["provenance"]))
 
 
 @cache
 def load_table(path: Path = TABLE_PATH) -> HostCostTable:
-    """The shipped table (cached)."""
-    return table_from_json(json.loads(path.read_text()))
+    """The shipped table (cached), with the fitted cost of a tensor-subclass dispatch."""
+    table = table_from_json(json.loads(path.read_text()))
+    return replace(table, layers_ns={**table.layers_ns,
+                                     "tensor_subclass": load_fit().tensor_subclass_ns})
 
 
 def table_for(reference: str | None, gpu: str) -> HostCostTable:

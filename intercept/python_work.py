@@ -7,8 +7,9 @@ libraries it calls (``nn.Module``'s call path, hooks, the optimizer's loops), DT
 A real host runs the same lines, so the count does not depend on this machine, its load or how
 many ranks share it. :class:`CountedWork` turns it into the reference host's time with two
 weights measured there (``scripts/measure_python_work.py``, ``phantora/calibration/data/
-python_work.json``): ns per line and ns per call, fitted on module calls, hooks and optimizer
-loops, scaled to another reference host by the host-speed benchmark's ``calls`` component.
+python_work.json``): ns per line and ns per call of module calls, hooks and optimizer loops run
+hot, times the cold-code factor fitted on real steps (``intercept.host_fit``), scaled to another
+reference host by the host-speed benchmark's ``calls`` component.
 
 Limits (``docs/models/host.md``): a line's real cost varies with what it does (a tight
 arithmetic loop ~20 ns per line, a formatted log line ~600 ns), so Python far from a training
@@ -24,6 +25,7 @@ from functools import cache
 from pathlib import Path
 
 from intercept import shim
+from intercept.host_fit import load_fit
 from phantora.calibration.tables import PYTHON_WORK
 
 
@@ -40,7 +42,7 @@ class WorkWeights:
 
 @cache
 def load_weights(path: Path = PYTHON_WORK.path) -> WorkWeights:
-    """The shipped weights (measured on the ``h100-host`` reference)."""
+    """The shipped weights as measured, hot (on the ``h100-host`` reference)."""
     data = json.loads(path.read_text())
     return WorkWeights(float(data["line_ns"]), float(data["call_ns"]))
 
@@ -50,10 +52,15 @@ WEIGHTS_REFERENCE = "h100-host"
 
 
 def weights_for(reference: str) -> WorkWeights:
-    """The weights for ``simulation.host_cpu`` ``reference``: the shipped ones scaled by the two
-    hosts' ``calls`` component of the host-speed benchmark (Python function calls and attribute
-    lookups, what a module's call path is made of)."""
-    weights = load_weights()
+    """The weights in a training step for ``simulation.host_cpu`` ``reference``: the shipped
+    ones times the fitted cold-code factor, scaled by the two hosts' ``calls`` component of the
+    host-speed benchmark (Python function calls and attribute lookups, what a module's call
+    path is made of)."""
+    fit = load_fit()
+    if fit.reference != WEIGHTS_REFERENCE:
+        raise ValueError(f"host fit is for {fit.reference}, the Python weights for "
+                         f"{WEIGHTS_REFERENCE}: re-fit with scripts/fit_host_time.py")
+    weights = load_weights().scaled(fit.python_cold_factor)
     if reference == WEIGHTS_REFERENCE:
         return weights
     from intercept.host_references import references

@@ -70,8 +70,10 @@ class RankRuntime:
         self._counted_work = counted_work
         self._autograd_node = threading.local()
         """Per thread, the backward node whose ops it issued last (counted mode)."""
-        self._steps: list[tuple[int, int, int]] = []
-        self._step_mark = (0, 0)
+        self._steps: list[tuple[int, int, int, int]] = []
+        self._step_mark = (0, 0, 0)
+        self._subclass_ns = 0
+        """Table-charged ns of tensor-subclass dispatches so far (counted mode)."""
         self._events = itertools.count(1)
         self._comm_lock = threading.Lock()
         self._comm_streams: dict[_CommKey, int] = {}
@@ -144,23 +146,32 @@ class RankRuntime:
         time one of its ops comes. Nothing otherwise (measured CPU time holds that work)."""
         if self._counted_work is None:
             return
-        costs = self.host_costs.autograd_ns
-        cost_ns = costs["record"] if recorded else 0
+        costs = self.host_costs.layers_ns
+        cost_ns = costs["autograd_record"] if recorded else 0
         if node is not None and node is not getattr(self._autograd_node, "node", None):
             self._autograd_node.node = node
-            cost_ns += costs["node"]
+            cost_ns += costs["autograd_node"]
         if cost_ns:
             with self.clock.excluded():
                 self.clock.charge_table(cost_ns)
+
+    def tensor_subclass(self) -> None:
+        """Counted mode: a tensor subclass (DTensor) dispatches an op the fake mode deferred to
+        it; its dispatch beyond the op on its local tensors is charged from the table."""
+        if self._counted_work is not None:
+            with self.clock.excluded():
+                cost_ns = self.host_costs.layers_ns["tensor_subclass"]
+                self.clock.charge_table(cost_ns)
+                self._subclass_ns += cost_ns
 
     def step_done(self) -> None:
         """An optimizer step ended: remember its host time split (``summary.json``)."""
         with self.clock.excluded():
             split = self.clock.host_split()
-            table0, residual0 = self._step_mark
+            table0, residual0, subclass0 = self._step_mark
             self._steps.append((self.clock.now_ns(), split.table_ns - table0,
-                                split.residual_ns - residual0))
-            self._step_mark = (split.table_ns, split.residual_ns)
+                                split.residual_ns - residual0, self._subclass_ns - subclass0))
+            self._step_mark = (split.table_ns, split.residual_ns, self._subclass_ns)
 
     def new_event(self) -> int:
         """A fresh event id of this rank."""
@@ -222,7 +233,8 @@ class RankRuntime:
         """Send the last ops and the :class:`~wire.messages.Exit` with the rank's own
         measurements; nothing may follow."""
         script_ns, simulator_ns = self.clock.cpu_split_ns()
-        split = replace(self.clock.host_split(), steps=tuple(self._steps))
+        split = replace(self.clock.host_split(), steps=tuple(self._steps),
+                        subclass_ns=self._subclass_ns)
         self._client.close(Exit(status, traceback, RankStats(
             script_ns, simulator_ns, peak_memory_bytes, peak_reserved_bytes,
             round(self.clock.speed_ratio.factor, 4), split)))

@@ -21,9 +21,12 @@ class HostTimeSplit:
     where a fixed cost per op stands for it."""
     fixed_ns: int = 0
     """Reproducible mode's fixed cost per op (``simulation.cpu_time_per_op``)."""
-    steps: tuple[tuple[int, int, int], ...] = ()
+    subclass_ns: int = 0
+    """Of ``table_ns``: tensor-subclass (DTensor) dispatches, charged per op in counted mode."""
+    steps: tuple[tuple[int, int, int, int], ...] = ()
     """Per optimizer step (``torch.optim`` step hooks): ``(clock_ns at the step's end, table
-    ns, residual ns)`` spent since the previous step's end."""
+    ns, residual ns, tensor-subclass ns of the table's)`` spent since the previous step's
+    end."""
 
 
 @dataclass(frozen=True, slots=True)

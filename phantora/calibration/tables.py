@@ -48,6 +48,17 @@ PYTHON_WORK = Table(DATA_DIR / "python_work.json", Source(
         "optimizer loop, counted with this repository's Python and torch"))
 """Reference-host ns per line and per call of Python (``intercept.python_work``)."""
 
+HOST_FIT = Table(DATA_DIR / "host_fit.json", Source(
+    file="scripts/data/host_fit/h200x2-6layer.txt",
+    date="2026-11-26",
+    gpu="2x NVIDIA H200 (lent nvidia-h200-x2; 32 vCPUs of an Intel Xeon)",
+    nccl=UNKNOWN, torch="2.11.0+cu130",
+    how="scripts/fit_host_time.py: least squares of relative step error over the real steps of "
+        "gpt_single, gpt_ddp, gpt_fsdp2 and gpt_tp at a 6-layer configuration outside the "
+        "accuracy harness"))
+"""Host-time constants fitted on real steps: Python's cold-code factor, DTensor's dispatch per
+op (``intercept.host_fit``)."""
+
 HOST_SPEED = Table(DATA_DIR / "host_speed.json", Source(
     file="scripts/data/host/h100-x1-b.json, scripts/data/host/h200-x2.json",
     date="2026-11-22",

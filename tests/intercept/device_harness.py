@@ -98,6 +98,9 @@ class StandInRuntime:
     def autograd(self, *, recorded: bool, node: object | None) -> None:
         raise AssertionError("autograd() is only called in counted mode")
 
+    def tensor_subclass(self) -> None:
+        raise AssertionError("tensor_subclass() is only called in counted mode")
+
     def host_op(self, name: str) -> None:
         self._check("host_op")
         self.host_ops.append(name)
