@@ -2,8 +2,9 @@
 
 Runs the same scenarios under three conditions and prints, per scenario and condition, the
 script's median step (its own log, steps 3.., rank 0) and rank 0's host time per step from
-``summary.json`` (``ranks[0].host_time.steps``: table-charged + measured residual, median of steps
-3..), then the spread of each over the conditions ((max - min) / median; goal <= 2%):
+``summary.json`` (``ranks[0].host_time.steps``: table-charged + residual, median of steps 3..;
+the residual is counted Python work unless the scenario sets ``simulation.host_time:
+measured``), then the spread of each over the conditions ((max - min) / median; goal <= 2%):
 
 * ``alone``: nothing else started by this script (other tenants of the machine may still run);
 * ``busy``: one busy-looping process per CPU of this machine beside the simulation;
@@ -41,6 +42,7 @@ import measure_steps  # scripts/ is not a package: imported from its folder
 DEFAULT_SCENARIOS = (
     "scenarios/accuracy/h100x1-ci-h100x1-gpt-single.yaml",
     "scenarios/accuracy/h200x2-ci-h100x2-gpt-ddp.yaml",
+    "scenarios/accuracy/h200x2-ci-h100x2-gpt-fsdp2.yaml",
 )
 FIRST_STEP = 3
 """Steps before this one are warm-up (the measurement's rule: median of steps 3..)."""
@@ -81,7 +83,7 @@ def run_once(spec: dict, out: Path, repo: Path) -> tuple[float | None, float | N
     step_ms = measure_steps.parse_output(logs, "sim", out.name).median_ms
     rank0 = json.loads((out / "summary.json").read_text())["ranks"][0]
     steps = rank0["host_time"]["steps"] if "host_time" in rank0 else []
-    host = [(table + residual) / 1e6 for _, table, residual in steps[FIRST_STEP - 1:]]
+    host = [(table + residual) / 1e6 for _, table, residual, *_ in steps[FIRST_STEP - 1:]]
     return step_ms, (statistics.median(host) if host else None)
 
 

@@ -111,3 +111,15 @@ def test_c10d_collective_functions_run_in_the_simulators_time_while_installed() 
         assert dist.all_reduce.__wrapped__ is original  # type: ignore[attr-defined]
         assert dist.all_gather_object is c10d.all_gather_object  # pickles for real: left alone
     assert dist.all_reduce is c10d.all_reduce is original
+
+
+def test_the_layers_above_an_op_are_charged_from_the_table_and_the_fit() -> None:
+    from intercept.host_fit import load_fit
+
+    table = load_table()
+    assert set(table.layers_ns) == {"autograd_record", "autograd_node", "tensor_subclass"}
+    assert 0 < table.layers_ns["autograd_record"] < table.layers_ns["autograd_node"]
+    assert table.layers_ns["tensor_subclass"] == load_fit().tensor_subclass_ns
+    data = json.loads(TABLE_PATH.read_text())
+    with pytest.raises(ValueError, match="layers_ns needs exactly autograd_record"):
+        table_from_json({**data, "layers_ns": {"autograd_record": 1}})

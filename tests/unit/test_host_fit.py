@@ -1,0 +1,54 @@
+"""The host-time constants fitted on real steps (``intercept.host_fit``) and the fit itself
+(``scripts/fit_host_time.py``)."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from intercept.host_fit import fit_from_json, load_fit
+from phantora.calibration.tables import HOST_FIT
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "scripts"))
+
+import fit_host_time  # scripts/ is not a package
+
+
+def test_the_shipped_fit_names_its_real_steps() -> None:
+    fit = load_fit()
+    assert fit.reference == "h100-host"
+    assert fit.python_cold_factor > 1  # code in a training step runs colder than in a loop
+    assert fit.tensor_subclass_ns > 0
+    assert fit.provenance["real_steps"] and fit.provenance["cases"]
+
+
+def test_a_fit_without_a_key_or_with_a_bad_value_is_refused() -> None:
+    data = json.loads(HOST_FIT.path.read_text())
+    with pytest.raises(ValueError, match="'python_cold_factor' is missing"):
+        fit_from_json({k: v for k, v in data.items() if k != "python_cold_factor"})
+    with pytest.raises(ValueError, match="must be > 0"):
+        fit_from_json({**data, "python_cold_factor": 0})
+
+
+def test_the_fit_recovers_the_multipliers_that_made_the_real_steps() -> None:
+    # simulated with the shipped constants; real steps as if Python cost 2.5x and DTensor 4x
+    shapes = [("single", 10.0, 1.0, 0.0), ("ddp", 12.0, 1.5, 0.0), ("fsdp2", 15.0, 6.0, 0.5),
+              ("tp", 30.0, 5.0, 10.0)]
+    cases = [fit_host_time.FitCase(name, sim + 1.5 * python + 3.0 * subclass, sim, python,
+                                   subclass) for name, sim, python, subclass in shapes]
+    cold, subclass = fit_host_time.fit(cases)
+    assert cold == pytest.approx(2.5) and subclass == pytest.approx(4.0)
+    assert all(c.predicted_ms(cold, subclass) == pytest.approx(c.real_ms) for c in cases)
+    without_dtensor = [c for c in cases if c.subclass_ms == 0]
+    assert fit_host_time.fit(without_dtensor) == (pytest.approx(2.5), 1.0)
+
+
+def test_the_real_steps_record_is_read_with_its_arguments(tmp_path: Path) -> None:
+    args, real = fit_host_time.read_real(REPO / HOST_FIT.source.file)
+    assert "--n-layer" in args and set(real) == {"gpt_tp", "gpt_fsdp2", "gpt_ddp", "gpt_single"}
+    bad = tmp_path / "real.txt"
+    bad.write_text("gpt_tp 1.0\n")
+    with pytest.raises(SystemExit, match="no '# M="):
+        fit_host_time.read_real(bad)
