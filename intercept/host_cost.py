@@ -75,9 +75,9 @@ FACTORY = frozenset({"zeros", "ones", "full", "zeros_like", "ones_like", "full_l
 ALLOC = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
                    "resize_"})
 FUSED_OPTIMIZERS = frozenset({"_fused_adamw_", "_fused_adam_", "_fused_sgd_", "_fused_adagrad_"})
-LAYERS = ("autograd_record", "autograd_node")
-"""The keys of ``layers_ns`` in the table's file; :func:`load_table` adds ``tensor_subclass``
-from the constants fitted on real steps (``intercept.host_fit``)."""
+LAYERS = ("autograd_record",)
+"""The keys of ``layers_ns`` in the table's file; :func:`load_table` adds ``autograd_node`` and
+``tensor_subclass`` from the constants fitted on real steps (``intercept.host_fit``)."""
 CUBLAS_GEMMS = frozenset({"mm", "addmm", "bmm", "baddbmm"})
 """Products that go through cuBLAS's per-shape heuristic (:class:`GemmShapeCache`)."""
 CUBLAS_HEURISTICS_CACHE_CAPACITY = 8192
@@ -197,10 +197,12 @@ def table_from_json(data: dict[str, Any]) -> HostCostTable:
 
 @cache
 def load_table(path: Path = TABLE_PATH) -> HostCostTable:
-    """The shipped table (cached), with the fitted cost of a tensor-subclass dispatch."""
+    """The shipped table (cached), with the fitted costs of the autograd engine's node and of a
+    tensor-subclass dispatch."""
     table = table_from_json(json.loads(path.read_text()))
-    return replace(table, layers_ns={**table.layers_ns,
-                                     "tensor_subclass": load_fit().tensor_subclass_ns})
+    fit = load_fit()
+    return replace(table, layers_ns={**table.layers_ns, "autograd_node": fit.autograd_node_ns,
+                                     "tensor_subclass": fit.tensor_subclass_ns})
 
 
 def table_for(reference: str | None, gpu: str) -> HostCostTable:

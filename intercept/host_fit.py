@@ -11,6 +11,9 @@ of the example scripts at a configuration that is not in the accuracy harness
 * ``tensor_subclass_ns``: DTensor's dispatch of one op beyond the op on its local tensors
   (unwrapping, sharding propagation, wrapping), which the ``dtensor`` rows of the host-cost
   table (one-device mesh, one op repeated) put at ~19 us.
+* ``autograd_node_ns``: the autograd engine's work per backward node beyond its ops, which the
+  ``backward`` rows (a chain of ``mul``, 28 us per node with its op, less a Python-issued
+  elementwise op) put at ~18 us.
 
 Both for the ``reference`` host; other reference hosts scale them as their tables do.
 No torch import.
@@ -32,20 +35,23 @@ class HostFit:
     reference: str
     python_cold_factor: float
     tensor_subclass_ns: int
+    autograd_node_ns: int
     provenance: dict[str, Any]
 
 
 def fit_from_json(data: dict[str, Any]) -> HostFit:
     """The constants from their JSON form; names the bad key."""
-    for key in ("reference", "python_cold_factor", "tensor_subclass_ns", "provenance"):
+    for key in ("reference", "python_cold_factor", "tensor_subclass_ns", "autograd_node_ns",
+                "provenance"):
         if key not in data:
             raise ValueError(f"host fit: {key!r} is missing (re-fit with "
                              "scripts/fit_host_time.py)")
     factor, subclass = float(data["python_cold_factor"]), int(data["tensor_subclass_ns"])
-    if factor <= 0 or subclass < 0:
-        raise ValueError(f"host fit: python_cold_factor {factor} must be > 0 and "
-                         f"tensor_subclass_ns {subclass} >= 0")
-    return HostFit(str(data["reference"]), factor, subclass, dict(data["provenance"]))
+    node = int(data["autograd_node_ns"])
+    if factor <= 0 or subclass < 0 or node < 0:
+        raise ValueError(f"host fit: python_cold_factor {factor} must be > 0, "
+                         f"tensor_subclass_ns {subclass} and autograd_node_ns {node} >= 0")
+    return HostFit(str(data["reference"]), factor, subclass, node, dict(data["provenance"]))
 
 
 @cache

@@ -70,10 +70,12 @@ class RankRuntime:
         self._counted_work = counted_work
         self._autograd_node = threading.local()
         """Per thread, the backward node whose ops it issued last (counted mode)."""
-        self._steps: list[tuple[int, int, int, int]] = []
-        self._step_mark = (0, 0, 0)
+        self._steps: list[tuple[int, int, int, int, int]] = []
+        self._step_mark = (0, 0, 0, 0)
         self._subclass_ns = 0
         """Table-charged ns of tensor-subclass dispatches so far (counted mode)."""
+        self._node_ns = 0
+        """Table-charged ns of the autograd engine's nodes so far (counted mode)."""
         self._events = itertools.count(1)
         self._comm_lock = threading.Lock()
         self._comm_streams: dict[_CommKey, int] = {}
@@ -151,6 +153,7 @@ class RankRuntime:
         if node is not None and node is not getattr(self._autograd_node, "node", None):
             self._autograd_node.node = node
             cost_ns += costs["autograd_node"]
+            self._node_ns += costs["autograd_node"]
         if cost_ns:
             with self.clock.excluded():
                 self.clock.charge_table(cost_ns)
@@ -168,10 +171,12 @@ class RankRuntime:
         """An optimizer step ended: remember its host time split (``summary.json``)."""
         with self.clock.excluded():
             split = self.clock.host_split()
-            table0, residual0, subclass0 = self._step_mark
+            table0, residual0, subclass0, node0 = self._step_mark
             self._steps.append((self.clock.now_ns(), split.table_ns - table0,
-                                split.residual_ns - residual0, self._subclass_ns - subclass0))
-            self._step_mark = (split.table_ns, split.residual_ns, self._subclass_ns)
+                                split.residual_ns - residual0, self._subclass_ns - subclass0,
+                                self._node_ns - node0))
+            self._step_mark = (split.table_ns, split.residual_ns, self._subclass_ns,
+                               self._node_ns)
 
     def new_event(self) -> int:
         """A fresh event id of this rank."""
@@ -234,7 +239,7 @@ class RankRuntime:
         measurements; nothing may follow."""
         script_ns, simulator_ns = self.clock.cpu_split_ns()
         split = replace(self.clock.host_split(), steps=tuple(self._steps),
-                        subclass_ns=self._subclass_ns)
+                        subclass_ns=self._subclass_ns, autograd_node_ns=self._node_ns)
         self._client.close(Exit(status, traceback, RankStats(
             script_ns, simulator_ns, peak_memory_bytes, peak_reserved_bytes,
             round(self.clock.speed_ratio.factor, 4), split)))

@@ -3,10 +3,10 @@
 The real steps (``--real``, e.g. ``scripts/data/host_fit/h200x2-6layer.txt``: the example
 scripts at a configuration outside the accuracy harness, measured on a lent GPU machine) are
 simulated here with the shipped constants. A host-bound step's simulated time moves linearly
-with both constants: its counted Python work (``summary.json``: ``host_time`` residual) scales
-with the cold-code factor, its DTensor dispatches (the steps' fourth number) with the per-op
-cost. The multipliers that minimise the steps' relative squared error are solved for, and the
-new constants written (``--write``). Then the accuracy harness (``validate_accuracy.py``)
+with the three constants: its counted Python work (``summary.json``: ``host_time`` residual)
+scales with the cold-code factor, its DTensor dispatches and autograd nodes (the steps' fourth
+and fifth numbers) with their per-op and per-node costs. The multipliers that minimise the
+steps' relative squared error are solved for, and the new constants written (``--write``). Then the accuracy harness (``validate_accuracy.py``)
 checks them on cases they were not fitted on.
 
     python3 scripts/fit_host_time.py --real scripts/data/host_fit/h200x2-6layer.txt \\
@@ -27,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere
 
+import numpy as np
 import yaml
 from rich.console import Console
 
@@ -47,23 +48,26 @@ class FitCase:
     script: str
     real_ms: float
     simulated_ms: float
-    python_ms: float
-    subclass_ms: float
+    scaled_ms: tuple[float, float, float]
+    """What each constant contributes: counted Python, DTensor dispatches, autograd nodes."""
 
-    def predicted_ms(self, cold: float, subclass: float) -> float:
-        """The simulated step with the constants multiplied by ``cold`` and ``subclass``."""
-        return (self.simulated_ms + (cold - 1) * self.python_ms
-                + (subclass - 1) * self.subclass_ms)
+    def predicted_ms(self, multipliers: tuple[float, float, float]) -> float:
+        """The simulated step with each constant multiplied by its multiplier."""
+        return self.simulated_ms + sum((m - 1) * part
+                                       for m, part in zip(multipliers, self.scaled_ms))
 
 
 def read_real(path: Path) -> tuple[list[str], dict[str, float]]:
-    """The fit configuration's arguments and each script's mean real step (ms)."""
+    """The fit configuration's arguments and each script's mean real step (ms) over all its
+    runs (of every session in the record)."""
     text = path.read_text()
     args = ARGS_LINE.search(text)
     if args is None:
         raise SystemExit(f"{path}: no '# M=\"...\"' line with the scripts' arguments")
-    real = {m["script"]: statistics.mean(float(v) for v in m["ms"].split())
-            for m in REAL_LINE.finditer(text)}
+    runs: dict[str, list[float]] = {}
+    for m in REAL_LINE.finditer(text):
+        runs.setdefault(m["script"], []).extend(float(v) for v in m["ms"].split())
+    real = {script: statistics.mean(ms) for script, ms in runs.items()}
     if not real:
         raise SystemExit(f"{path}: no '<script> <ms> ...' lines")
     return args["args"].split(), real
@@ -88,26 +92,22 @@ def simulate(script: str, args: list[str], out: Path, console: Console) -> FitCa
         raise SystemExit(f"{script}: no 'mean of steps' line in its rank 0 log")
     steps = json.loads((out / script / "summary.json").read_text())["ranks"][0]["host_time"][
         "steps"][1:]  # the first step compiles and warms up; the mean starts at step 2 too
-    return FitCase(script, 0.0, float(mean[1]),
-                   statistics.median(s[2] for s in steps) / 1e6,
-                   statistics.median(s[3] for s in steps) / 1e6)
+    parts = tuple(statistics.median(s[i] for s in steps) / 1e6 for i in (2, 3, 4))
+    return FitCase(script, 0.0, float(mean[1]), parts)  # type: ignore[arg-type]
 
 
-def fit(cases: list[FitCase]) -> tuple[float, float]:
-    """Multipliers of the cold-code factor and the subclass cost minimising the cases'
-    relative squared error (the second stays 1 where no case dispatches DTensor ops)."""
-    rows = [(c.python_ms / c.real_ms, c.subclass_ms / c.real_ms,
-             (c.real_ms - c.simulated_ms + c.python_ms + c.subclass_ms) / c.real_ms)
-            for c in cases]
-    a11 = sum(x1 * x1 for x1, _, _ in rows)
-    a12 = sum(x1 * x2 for x1, x2, _ in rows)
-    a22 = sum(x2 * x2 for _, x2, _ in rows)
-    b1 = sum(x1 * y for x1, _, y in rows)
-    b2 = sum(x2 * y for _, x2, y in rows)
-    if a22 == 0:
-        return b1 / a11, 1.0
-    det = a11 * a22 - a12 * a12
-    return (b1 * a22 - b2 * a12) / det, (a11 * b2 - a12 * b1) / det
+def fit(cases: list[FitCase]) -> tuple[float, float, float]:
+    """Multipliers of the three constants minimising the cases' relative squared error; a
+    constant no case exercises keeps multiplier 1."""
+    used = [i for i in range(3) if any(c.scaled_ms[i] for c in cases)]
+    design = np.array([[c.scaled_ms[i] / c.real_ms for i in used] for c in cases])
+    target = np.array([(c.real_ms - c.simulated_ms + sum(c.scaled_ms)) / c.real_ms
+                       for c in cases])
+    solution = np.linalg.lstsq(design, target, rcond=None)[0]
+    multipliers = [1.0, 1.0, 1.0]
+    for i, value in zip(used, solution):
+        multipliers[i] = float(value)
+    return multipliers[0], multipliers[1], multipliers[2]
 
 
 def main() -> None:
@@ -126,26 +126,30 @@ def main() -> None:
     for script, real_ms in real.items():
         start_s = time.perf_counter()
         case = simulate(script, script_args, args.out, console)
-        cases.append(FitCase(script, real_ms, case.simulated_ms, case.python_ms,
-                             case.subclass_ms))
+        cases.append(FitCase(script, real_ms, case.simulated_ms, case.scaled_ms))
         print(f"simulated {script} in {time.perf_counter() - start_s:.0f} s", flush=True)
-    cold, subclass = fit(cases)
+    multipliers = fit(cases)
     shipped = load_fit()
-    print(f"\n{'script':12s} {'real ms':>8s} {'sim ms':>8s} {'err %':>7s} {'python ms':>9s} "
-          f"{'dtensor ms':>10s} {'fitted ms':>9s} {'err %':>7s}")
+    print(f"\n{'script':12s} {'real ms':>8s} {'sim ms':>8s} {'err %':>7s} {'python':>7s} "
+          f"{'dtensor':>7s} {'nodes':>7s} {'fitted ms':>9s} {'err %':>7s}")
     for c in cases:
-        fitted = c.predicted_ms(cold, subclass)
+        fitted = c.predicted_ms(multipliers)
+        python, dtensor, nodes = c.scaled_ms
         print(f"{c.script:12s} {c.real_ms:8.2f} {c.simulated_ms:8.2f} "
-              f"{100 * (c.simulated_ms / c.real_ms - 1):+7.1f} {c.python_ms:9.2f} "
-              f"{c.subclass_ms:10.2f} {fitted:9.2f} {100 * (fitted / c.real_ms - 1):+7.1f}")
-    new_cold = shipped.python_cold_factor * cold
-    new_subclass = round(shipped.tensor_subclass_ns * subclass)
-    print(f"\npython_cold_factor {shipped.python_cold_factor:.3f} -> {new_cold:.3f}; "
-          f"tensor_subclass_ns {shipped.tensor_subclass_ns} -> {new_subclass} "
-          f"({shipped.reference})")
+              f"{100 * (c.simulated_ms / c.real_ms - 1):+7.1f} {python:7.2f} {dtensor:7.2f} "
+              f"{nodes:7.2f} {fitted:9.2f} {100 * (fitted / c.real_ms - 1):+7.1f}")
+    if min(multipliers) <= 0:
+        raise SystemExit(f"multipliers {multipliers}: a constant would be <= 0; the fit cases do "
+                         "not tell the constants apart")
+    cold = shipped.python_cold_factor * multipliers[0]
+    subclass = round(shipped.tensor_subclass_ns * multipliers[1])
+    node = round(shipped.autograd_node_ns * multipliers[2])
+    print(f"\npython_cold_factor {shipped.python_cold_factor:.3f} -> {cold:.3f}; "
+          f"tensor_subclass_ns {shipped.tensor_subclass_ns} -> {subclass}; "
+          f"autograd_node_ns {shipped.autograd_node_ns} -> {node} ({shipped.reference})")
     if args.write:
-        record = {"reference": shipped.reference, "python_cold_factor": round(new_cold, 3),
-                  "tensor_subclass_ns": new_subclass,
+        record = {"reference": shipped.reference, "python_cold_factor": round(cold, 3),
+                  "tensor_subclass_ns": subclass, "autograd_node_ns": node,
                   "provenance": {"real_steps": str(args.real.relative_to(REPO)
                                                    if args.real.is_absolute() else args.real),
                                  "gpu": GPU, "cases": {c.script: c.real_ms for c in cases},

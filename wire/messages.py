@@ -23,10 +23,12 @@ class HostTimeSplit:
     """Reproducible mode's fixed cost per op (``simulation.cpu_time_per_op``)."""
     subclass_ns: int = 0
     """Of ``table_ns``: tensor-subclass (DTensor) dispatches, charged per op in counted mode."""
-    steps: tuple[tuple[int, int, int, int], ...] = ()
+    autograd_node_ns: int = 0
+    """Of ``table_ns``: the autograd engine's work per backward node, in counted mode."""
+    steps: tuple[tuple[int, int, int, int, int], ...] = ()
     """Per optimizer step (``torch.optim`` step hooks): ``(clock_ns at the step's end, table
-    ns, residual ns, tensor-subclass ns of the table's)`` spent since the previous step's
-    end."""
+    ns, residual ns, tensor-subclass ns, autograd-node ns)`` spent since the previous step's
+    end (the last two are parts of the table's)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,19 +30,23 @@ def test_a_fit_without_a_key_or_with_a_bad_value_is_refused() -> None:
         fit_from_json({k: v for k, v in data.items() if k != "python_cold_factor"})
     with pytest.raises(ValueError, match="must be > 0"):
         fit_from_json({**data, "python_cold_factor": 0})
+    with pytest.raises(ValueError, match="'autograd_node_ns' is missing"):
+        fit_from_json({k: v for k, v in data.items() if k != "autograd_node_ns"})
 
 
 def test_the_fit_recovers_the_multipliers_that_made_the_real_steps() -> None:
-    # simulated with the shipped constants; real steps as if Python cost 2.5x and DTensor 4x
-    shapes = [("single", 10.0, 1.0, 0.0), ("ddp", 12.0, 1.5, 0.0), ("fsdp2", 15.0, 6.0, 0.5),
-              ("tp", 30.0, 5.0, 10.0)]
-    cases = [fit_host_time.FitCase(name, sim + 1.5 * python + 3.0 * subclass, sim, python,
-                                   subclass) for name, sim, python, subclass in shapes]
-    cold, subclass = fit_host_time.fit(cases)
-    assert cold == pytest.approx(2.5) and subclass == pytest.approx(4.0)
-    assert all(c.predicted_ms(cold, subclass) == pytest.approx(c.real_ms) for c in cases)
-    without_dtensor = [c for c in cases if c.subclass_ms == 0]
-    assert fit_host_time.fit(without_dtensor) == (pytest.approx(2.5), 1.0)
+    # simulated with the shipped constants; real steps as if Python cost 2.5x, DTensor 4x and
+    # an autograd node 0.5x what they were charged
+    parts = {"single": (10.0, (1.0, 0.0, 4.0)), "ddp": (12.0, (1.5, 0.0, 3.0)),
+             "fsdp2": (15.0, (6.0, 0.5, 2.0)), "tp": (30.0, (5.0, 10.0, 3.5))}
+    truth = (2.5, 4.0, 0.5)
+    cases = [fit_host_time.FitCase(name, 0.0, sim, scaled) for name, (sim, scaled) in parts.items()]
+    cases = [fit_host_time.FitCase(c.script, c.predicted_ms(truth), c.simulated_ms, c.scaled_ms)
+             for c in cases]
+    assert fit_host_time.fit(cases) == pytest.approx(truth)
+    without_dtensor = [c for c in cases if c.scaled_ms[1] == 0]
+    cold, subclass, node = fit_host_time.fit(without_dtensor)
+    assert (cold, node) == (pytest.approx(2.5), pytest.approx(0.5)) and subclass == 1.0
 
 
 def test_the_real_steps_record_is_read_with_its_arguments(tmp_path: Path) -> None:
