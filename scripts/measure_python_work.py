@@ -34,6 +34,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/ is not a package
+
+from measure_host_speed import cpu_model
+
 Workload = Callable[[], object]
 
 
@@ -216,7 +220,7 @@ def measure(rounds: int, repeats: int) -> dict[str, Any]:
         rows.append({"workload": name, "lines": lines, "calls": calls, "ns": round(ns)})
         print(f"{name:20s} {lines:7d} lines {calls:6d} calls {ns / 1000:9.1f} us", flush=True)
     return {"provenance": {"python": platform.python_version(), "machine": platform.node(),
-                           "cpu": _cpu_model(), "rounds": rounds, "repeats": repeats,
+                           "cpu": cpu_model(), "rounds": rounds, "repeats": repeats,
                            "date": time.strftime("%Y-%m-%d", time.gmtime())},
             "rows": rows}
 
@@ -237,16 +241,6 @@ def fit(rows: list[dict[str, Any]]) -> tuple[float, float]:
     if line_ns < 0:
         return 0.0, b2 / a22
     return line_ns, call_ns
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def main() -> None:

@@ -2,33 +2,17 @@
 whether this machine is idle or busy, and summary.json splits it into table and counted work."""
 
 import json
-import multiprocessing
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
 
-from tests.integration.live_examples import SCENARIO_DIR, parse_steps
+from tests.integration.live_examples import ROOT, SCENARIO_DIR, parse_steps
 
+sys.path.insert(0, str(ROOT / "scripts"))
 
-def _spin() -> None:
-    while True:
-        pass
-
-
-@contextmanager
-def busy_cpus(count: int) -> Iterator[None]:
-    """``count`` processes spinning on the CPUs while inside."""
-    spinners = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(count)]
-    for spinner in spinners:
-        spinner.start()
-    try:
-        yield
-    finally:
-        for spinner in spinners:
-            spinner.kill()
-            spinner.join()
+from measure_host_speed import load as busy_cpus  # scripts/ is not a package
 
 
 def run_single(tmp_path: Path, run_cli: Callable[[list[str]], None], name: str
@@ -58,5 +42,7 @@ def test_a_host_bound_step_is_the_same_on_an_idle_and_a_busy_machine(
     # the middle steps (no warm-up) charge the same table time; the script's own work differs
     # a little with its branches (the learning-rate warm-up)
     assert steps[1][1] == steps[2][1] > 0
-    assert all(0 < work < table for _, table, work in steps)
+    assert all(0 < work < table for _, table, work, _, _ in steps)
+    # of the table's part: no DTensor here, and the autograd engine's nodes every step
+    assert all(dtensor == 0 and 0 < nodes < table for _, table, _, dtensor, nodes in steps)
     assert busy["ranks"][0]["host_time"] == host_time

@@ -120,6 +120,8 @@ def test_the_layers_above_an_op_are_charged_from_the_table_and_the_fit() -> None
     assert set(table.layers_ns) == {"autograd_record", "autograd_node", "tensor_subclass"}
     assert 0 < table.layers_ns["autograd_record"] < table.layers_ns["autograd_node"]
     assert table.layers_ns["tensor_subclass"] == load_fit().tensor_subclass_ns
+    assert table.layers_ns["autograd_node"] == load_fit().autograd_node_ns
     data = json.loads(TABLE_PATH.read_text())
-    with pytest.raises(ValueError, match="layers_ns needs exactly autograd_record"):
-        table_from_json({**data, "layers_ns": {"autograd_record": 1}})
+    with pytest.raises(ValueError, match="layers_ns needs exactly autograd_record, found "
+                                         "autograd_node"):
+        table_from_json({**data, "layers_ns": {"autograd_node": 1}})

@@ -4,8 +4,9 @@ mode: the script's time from counts, never from this machine's CPU."""
 import pytest
 
 from intercept.clock import VirtualClock
-from intercept.python_work import WEIGHTS_REFERENCE, WorkWeights, load_weights, weights_for
+from intercept.host_fit import load_fit
 from intercept.host_references import references
+from intercept.python_work import WEIGHTS_REFERENCE, load_weights, weights_for
 from tests.intercept.device_harness import run_snippet
 
 COUNTING = """
@@ -83,13 +84,15 @@ def test_counted_mode_refuses_a_second_timing(other: dict[str, object]) -> None:
         VirtualClock(script_work=lambda: 0, **other)  # type: ignore[arg-type]
 
 
-def test_weights_are_measured_and_scaled_to_another_reference_by_its_call_speed() -> None:
+def test_weights_are_measured_hot_made_cold_and_scaled_to_another_reference() -> None:
     shipped = load_weights()
     assert 10 < shipped.line_ns < 1_000 and 10 < shipped.call_ns < 1_000
-    assert weights_for(WEIGHTS_REFERENCE) == shipped
+    cold = load_fit().python_cold_factor
+    in_a_step = shipped.scaled(cold)
+    assert weights_for(WEIGHTS_REFERENCE) == in_a_step
     hosts = references().hosts
     other = next(name for name in hosts if name != WEIGHTS_REFERENCE)
     factor = hosts[other].components_ns["calls"] / hosts[WEIGHTS_REFERENCE].components_ns["calls"]
-    assert weights_for(other) == WorkWeights(shipped.line_ns * factor, shipped.call_ns * factor)
+    assert weights_for(other) == in_a_step.scaled(factor)
     with pytest.raises(ValueError, match="unknown reference host"):
         weights_for("h999-host")
