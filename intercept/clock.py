@@ -291,7 +291,7 @@ class VirtualClock:
             self._scaled_before_ns += reference_ns
 
     def host_split(self) -> "HostTimeSplit":
-        """The host time so far by origin (table-charged, measured residual, fixed)."""
+        """The host time so far by origin (table-charged, residual: counted or measured, fixed)."""
         with self._lock:
             if self.op_cost_ns is not None:
                 residual_ns = 0

@@ -8,8 +8,8 @@ A rank's virtual host time has two parts (``intercept.clock``):
   (``scripts/measure_host_costs.py``; ``phantora/calibration/data/host_costs.json`` with its
   provenance, ``phantora.calibration.tables.HOST_COSTS``). It never depends on the machine that
   simulates, its load or the number of ranks on it.
-* **measured residual**: the script's own Python between intercepted operations, measured here
-  (:mod:`intercept.residual` makes it robust against load).
+* **residual**: the script's own Python between intercepted operations, counted
+  (:mod:`intercept.python_work`, the default) or measured here (:mod:`intercept.residual`).
 
 Families (:func:`family_of`, by aten name): an op's binding, dispatcher, allocator and CUDA
 launch cost on the reference host differ by kind (a view ~2 us, an elementwise op ~9 us, a
@@ -29,10 +29,10 @@ The autograd layer's C++ and a tensor subclass's dispatch run for real around ea
 only measured CPU time sees their C++ part. Where the script's time is counted
 (``intercept.python_work``), the table charges them instead (``layers_ns``): recording an op
 whose inputs require grad (``autograd_record``), the engine's work per backward node beyond its
-ops (``autograd_node``), and DTensor's dispatch of an op beyond the op on its local tensors
-(``tensor_subclass``: unwrapping, sharding propagation, wrapping; fitted on real
-tensor-parallel steps, ``intercept.host_fit``; the subclass's Python is then not counted). DDP's reducer (C++) is not charged in that mode; FSDP2's hooks are Python,
-counted.
+ops (``autograd_node``, fitted on real steps, ``intercept.host_fit``), and DTensor's dispatch of
+an op beyond the op on its local tensors (``tensor_subclass``: unwrapping, sharding
+propagation, wrapping; fitted likewise; the subclass's Python is then not counted). DDP's
+reducer (C++) is not charged in that mode; FSDP2's hooks are Python, counted.
 
 No torch import: the coordinator and tests read the table without it.
 """
@@ -144,7 +144,8 @@ class HostCostTable:
         return HostCostTable(reference, round(self.script_call_ns * factor),
                              scale(self.families_ns), round(self.foreach_per_tensor_ns * factor),
                              scale(self.collectives_ns), scale(self.gemm_first_seen_ns),
-                             scale(self.layers_ns), {**self.provenance, "scaled_from": self.reference,
+                             scale(self.layers_ns),
+                             {**self.provenance, "scaled_from": self.reference,
                               "scale_factor": round(factor, 4)})
 
     def op_ns(self, name: str, *, launches: bool, tensors: int = 1) -> int:

@@ -6,8 +6,9 @@ simulated here with the shipped constants. A host-bound step's simulated time mo
 with the three constants: its counted Python work (``summary.json``: ``host_time`` residual)
 scales with the cold-code factor, its DTensor dispatches and autograd nodes (the steps' fourth
 and fifth numbers) with their per-op and per-node costs. The multipliers that minimise the
-steps' relative squared error are solved for, and the new constants written (``--write``). Then the accuracy harness (``validate_accuracy.py``)
-checks them on cases they were not fitted on.
+steps' relative squared error are solved for, and the new constants written (``--write``).
+Then the accuracy harness (``validate_accuracy.py``) checks them on cases they were not fitted
+on.
 
     python3 scripts/fit_host_time.py --real scripts/data/host_fit/h200x2-6layer.txt \\
         --write phantora/calibration/data/host_fit.json

@@ -170,7 +170,7 @@ class RankResult:
     host_speed_factor: float = 1.0
     """How the rank's script CPU time was converted to the reference host's at the end."""
     host_time: HostTimeSplit = HostTimeSplit()
-    """Its host time by origin: table-charged vs measured residual, per optimizer step."""
+    """Its host time by origin: table vs residual (counted or measured), per optimizer step."""
 
 
 @dataclass
