@@ -15,10 +15,12 @@ Limits (``docs/models/host.md``): a line's real cost varies with what it does (a
 arithmetic loop ~20 ns per line, a formatted log line ~600 ns), so Python far from a training
 step's mix is over- or under-charged; C work the script calls that is not an intercepted op
 (numpy, a tokenizer, real CPU tensors) is not counted; a script's own ``sys.settrace`` (a
-debugger) replaces the counter on its thread, which is reported.
+debugger) set before the counter is replaced by it (the rank's log says so), one set after
+replaces the counter on its thread.
 """
 
 import json
+import sys
 import threading
 from dataclasses import dataclass
 from functools import cache
@@ -80,17 +82,20 @@ class CountedWork:
     def __init__(self, weights: WorkWeights) -> None:
         self._weights = weights
         self._local = threading.local()
-        self.replaced_threads: list[str] = []
-        """Threads whose counter a trace function of the script's own had replaced."""
         self.count_this_thread()
 
     def count_this_thread(self) -> None:
-        """Count the calling thread from now on (cheap after the first call on a thread)."""
+        """Count the calling thread from now on (cheap after the first call on a thread). A
+        trace function the script had set on it (a debugger, a coverage tool) stops; the rank's
+        log says so."""
         if getattr(self._local, "counted", False):
             return
         self._local.counted = True
         if not shim.count_thread():
-            self.replaced_threads.append(threading.current_thread().name)
+            print(f"phantora-ns3: the trace function set on thread "
+                  f"{threading.current_thread().name!r} (a debugger or coverage tool) was "
+                  "replaced by the host-time counter; set simulation.host_time: measured to "
+                  "keep it", file=sys.stderr)
 
     def ns(self) -> int:
         """Reference-host ns of the Python work counted so far, all counted threads."""

@@ -96,3 +96,14 @@ def test_weights_are_measured_hot_made_cold_and_scaled_to_another_reference() ->
     assert weights_for(other) == in_a_step.scaled(factor)
     with pytest.raises(ValueError, match="unknown reference host"):
         weights_for("h999-host")
+
+
+def test_a_trace_function_the_counter_replaces_is_named_in_the_rank_log() -> None:
+    run = run_snippet("""
+import sys
+from intercept.python_work import CountedWork, WorkWeights
+sys.settrace(lambda *args: None)
+CountedWork(WorkWeights(1.0, 1.0))
+""")
+    assert "was replaced by the host-time counter; set simulation.host_time: measured" in \
+        run["stderr"]
