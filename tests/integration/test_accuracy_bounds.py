@@ -95,18 +95,9 @@ def test_steady_workloads_stay_within_the_readme_bounds_in_reproducible_mode(
     a minute and a half here."""
     cases = [case for case in harness.measured_cases() if harness.steady_across_hosts(case)]
     assert len(cases) >= 8
-    console = Console(quiet=True)
-    errors = {}
-    for case in cases:
-        reproducible = {**case.scenario, "simulation": {"reproducible": True}}
-        outcome = harness.simulate(replace(case, scenario=reproducible), tmp_path, console)
-        assert outcome.error is None, (case.name, outcome.error)
-        errors[case.name] = harness.error_pct(outcome.simulated_ms, case.measured_ms)
-    magnitudes = [abs(error) for error in errors.values()]
-    table = "\n".join(f"{name:32} {error:+6.1f}%" for name, error in errors.items())
-    mean_bound, max_bound = STEADY_STEP_BOUNDS
-    assert statistics.mean(magnitudes) <= _rounded_up(mean_bound), table
-    assert max(magnitudes) <= _rounded_up(max_bound), table
+    _assert_within(STEADY_STEP_BOUNDS, tmp_path, [
+        replace(case, scenario={**case.scenario, "simulation": {"reproducible": True}})
+        for case in cases])
 
 
 def test_host_bound_workloads_stay_within_the_readme_bounds_with_counted_host_time(
@@ -114,6 +105,12 @@ def test_host_bound_workloads_stay_within_the_readme_bounds_with_counted_host_ti
     """The CI-sized measured workloads, whose real steps are host time: about two minutes."""
     cases = [case for case in harness.measured_cases() if "-ci-" in case.name]
     assert len(cases) >= 5
+    _assert_within(HOST_BOUND_STEP_BOUNDS, tmp_path, cases)
+
+
+def _assert_within(bounds: tuple[float, float], tmp_path: Path,
+                   cases: list[harness.Case]) -> None:
+    """Simulate each case once; the (mean, max) |step error| in % must be within ``bounds``."""
     console = Console(quiet=True)
     errors = {}
     for case in cases:
@@ -122,7 +119,7 @@ def test_host_bound_workloads_stay_within_the_readme_bounds_with_counted_host_ti
         errors[case.name] = harness.error_pct(outcome.simulated_ms, case.measured_ms)
     magnitudes = [abs(error) for error in errors.values()]
     table = "\n".join(f"{name:32} {error:+6.1f}%" for name, error in errors.items())
-    mean_bound, max_bound = HOST_BOUND_STEP_BOUNDS
+    mean_bound, max_bound = bounds
     assert statistics.mean(magnitudes) <= _rounded_up(mean_bound), table
     assert max(magnitudes) <= _rounded_up(max_bound), table
 
