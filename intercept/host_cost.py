@@ -19,11 +19,8 @@ execution, recording, IPC) is kept out of virtual time entirely (``intercept.shi
 charge is the table's cost less the plain Python call that the clock still counts as the
 script's (``script_call_ns``).
 
-Matrix products whose shape the process has not run before cost more (:class:`GemmShapeCache`):
-cuBLAS picks a kernel per shape by a heuristic query whose answer it caches, and that query
-costs the reference host about a millisecond where the output's shape is new, and far less
-where only the reduction length is. Fixed-shape training pays it in its first step; an MoE
-expert's GEMM, sized by its routed tokens, pays it whenever a count comes up for the first time.
+Matrix products whose shape the process has not run before cost more: cuBLAS's heuristic query
+(``intercept.gemm_heuristic``, its own fitted costs, attached to the table as ``gemm``).
 
 The autograd layer's C++ and a tensor subclass's dispatch run for real around each fake op, but
 only measured CPU time sees their C++ part. Where the script's time is counted
@@ -38,17 +35,17 @@ No torch import: the coordinator and tests read the table without it.
 """
 
 import json
-from collections import OrderedDict
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+from intercept.gemm_heuristic import GemmHeuristic, load_gemm_heuristic
 from intercept.host_fit import load_fit
 from phantora.calibration.tables import HOST_COSTS
 
 TABLE_PATH = HOST_COSTS.path
-TABLE_VERSION = 3
+TABLE_VERSION = 4
 
 MATMUL = frozenset({"mm", "bmm", "matmul", "_scaled_mm", "_int_mm", "dot", "mv"})
 MATMUL_BIAS = frozenset({"addmm", "baddbmm", "addbmm", "addmv", "_addmm_activation"})
@@ -79,10 +76,7 @@ LAYERS = ("autograd_record",)
 """The keys of ``layers_ns`` in the table's file; :func:`load_table` adds ``autograd_node`` and
 ``tensor_subclass`` from the constants fitted on real steps (``intercept.host_fit``)."""
 CUBLAS_GEMMS = frozenset({"mm", "addmm", "bmm", "baddbmm"})
-"""Products that go through cuBLAS's per-shape heuristic (:class:`GemmShapeCache`)."""
-CUBLAS_HEURISTICS_CACHE_CAPACITY = 8192
-"""Shapes cuBLASLt keeps the heuristic's answer for (its ``CUBLASLT_HEURISTICS_CACHE_CAPACITY``
-default), least recently used out first."""
+"""Products that go through cuBLAS's per-shape heuristic (``intercept.gemm_heuristic``)."""
 
 
 def family_of(name: str) -> str:
@@ -115,9 +109,8 @@ class HostCostTable:
     """A foreach or fused-optimizer call's cost per tensor beyond the first."""
     collectives_ns: dict[str, int]
     """c10d's call path per collective (``default`` for ops without a row of their own)."""
-    gemm_first_seen_ns: dict[str, int]
-    """Extra cost of a cuBLAS product whose shape is new to the process: ``new_output`` (its
-    output's shape is new) and ``new_reduction`` (only its reduction length is)."""
+    gemm: GemmHeuristic
+    """Extra cost of a cuBLAS product whose shape is new to the process."""
     layers_ns: dict[str, int]
     """What layers above an op cost per op (see the module doc): ``autograd_record``,
     ``autograd_node``, ``tensor_subclass``."""
@@ -143,7 +136,7 @@ class HostCostTable:
 
         return HostCostTable(reference, round(self.script_call_ns * factor),
                              scale(self.families_ns), round(self.foreach_per_tensor_ns * factor),
-                             scale(self.collectives_ns), scale(self.gemm_first_seen_ns),
+                             scale(self.collectives_ns), self.gemm.scaled(reference, factor),
                              scale(self.layers_ns),
                              {**self.provenance, "scaled_from": self.reference,
                               "scale_factor": round(factor, 4)})
@@ -165,8 +158,9 @@ class HostCostTable:
         return max(0, cost - self.script_call_ns)
 
 
-def table_from_json(data: dict[str, Any]) -> HostCostTable:
-    """A table from its JSON form; names the bad key where one is missing."""
+def table_from_json(data: dict[str, Any], gemm: GemmHeuristic | None = None) -> HostCostTable:
+    """A table from its JSON form (with the shipped GEMM heuristic costs unless ``gemm`` is
+    given); names the bad key where one is missing."""
     if data.get("version") != TABLE_VERSION:
         raise ValueError(f"host cost table version {data.get('version')!r}; this code reads "
                          f"version {TABLE_VERSION} (re-derive it with scripts/"
@@ -181,18 +175,19 @@ def table_from_json(data: dict[str, Any]) -> HostCostTable:
     collectives = {k: int(v) for k, v in data["collectives_ns"].items()}
     if "default" not in collectives:
         raise ValueError("host cost table: collectives_ns lacks 'default'")
-    gemm = {k: int(v) for k, v in data["gemm_first_seen_ns"].items()}
-    if gemm.keys() != {"new_output", "new_reduction"}:
-        raise ValueError("host cost table: gemm_first_seen_ns needs exactly 'new_output' and "
-                         f"'new_reduction', found {sorted(gemm)}")
     layers = {k: int(v) for k, v in data["layers_ns"].items()}
     if layers.keys() != set(LAYERS):
         raise ValueError(f"host cost table: layers_ns needs exactly {', '.join(LAYERS)}, "
                          f"found {', '.join(sorted(layers))}")
+    gemm = load_gemm_heuristic() if gemm is None else gemm
+    if gemm.reference != data["reference"]:
+        raise ValueError(f"host cost table for {data['reference']!r}, GEMM heuristic costs for "
+                         f"{gemm.reference!r}: measure both on one reference host")
     return HostCostTable(reference=str(data["reference"]),
                          script_call_ns=int(data["script_call_ns"]), families_ns=families,
                          foreach_per_tensor_ns=int(data["foreach_per_tensor_ns"]),
-                         collectives_ns=collectives, gemm_first_seen_ns=gemm,
+                         collectives_ns=collectives,
+                         gemm=gemm,
                          layers_ns=layers, provenance=dict(data["provenance"]))
 
 
@@ -213,41 +208,3 @@ def table_for(reference: str | None, gpu: str) -> HostCostTable:
     from intercept.host_references import reference_host
 
     return load_table().scaled_to(reference_host(reference, gpu))
-
-
-GemmShape = tuple[str, str, str, int, int, int, int]
-"""``(op, dtype, layout, batch, m, n, k)`` of one cuBLAS product (``KernelSpec`` fields)."""
-
-
-class GemmShapeCache:
-    """The matrix-product shapes one process has run, as cuBLAS's heuristic cache holds them:
-    :meth:`first_seen_ns` is the extra host cost of a product (see the module doc). Outputs and
-    whole shapes are each remembered for the :data:`CUBLAS_HEURISTICS_CACHE_CAPACITY` most
-    recently used."""
-
-    def __init__(self, table: HostCostTable,
-                 capacity: int = CUBLAS_HEURISTICS_CACHE_CAPACITY) -> None:
-        self._new_output_ns = table.gemm_first_seen_ns["new_output"]
-        self._new_reduction_ns = table.gemm_first_seen_ns["new_reduction"]
-        self._capacity = capacity
-        self._shapes: OrderedDict[GemmShape, None] = OrderedDict()
-        self._outputs: OrderedDict[GemmShape, None] = OrderedDict()
-
-    def first_seen_ns(self, shape: GemmShape) -> int:
-        """0 for a shape run before (still cached); else what the heuristic query costs."""
-        output = (*shape[:-1], 0)
-        seen_shape = self._touch(self._shapes, shape)
-        seen_output = self._touch(self._outputs, output)
-        if seen_shape:
-            return 0
-        return self._new_reduction_ns if seen_output else self._new_output_ns
-
-    def _touch(self, cache: OrderedDict[GemmShape, None], key: GemmShape) -> bool:
-        """Whether ``key`` was cached; it is the most recent entry afterwards."""
-        if key in cache:
-            cache.move_to_end(key)
-            return True
-        cache[key] = None
-        if len(cache) > self._capacity:
-            cache.popitem(last=False)
-        return False

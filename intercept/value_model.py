@@ -129,17 +129,28 @@ class ValueModel:
             return (np.arange(rows)[:, None] * k + np.arange(k)[None, :]) % n
         if routing.mode == "uniform":
             return self._shuffled(rows, n, k)
-        if routing.mode == "zipf":
-            weights = 1.0 / np.arange(1, n + 1) ** routing.zipf_s
-            log_p = np.log(weights[self._rng.permutation(n)])
-        else:
-            counts = np.asarray(routing.counts[(self._calls - 1) % len(routing.counts)], float)
-            if counts.size != n:
+        if routing.mode == "trace":
+            counts = routing.counts[(self._calls - 1) % len(routing.counts)]
+            if len(counts) != n:
                 raise SimulationError(
-                    f"simulation.routing trace has {counts.size} experts per call, but the "
+                    f"simulation.routing trace has {len(counts)} experts per call, but the "
                     f"script picks top-{k} of {n}: record the trace from the same model")
-            log_p = np.log(counts / counts.sum() + 1e-12)
+            return self._exactly(counts, rows, k)
+        weights = 1.0 / np.arange(1, n + 1) ** routing.zipf_s
+        log_p = np.log(weights[self._rng.permutation(n)])
         return self._gumbel_top_k(np.broadcast_to(log_p, (rows, n)), k)
+
+    def _exactly(self, counts: Sequence[int], rows: int, k: int) -> np.ndarray:
+        """``k`` distinct entries per row, entry ``e`` picked exactly ``counts[e]`` times
+        (scaled to ``rows * k`` picks where the call routes another number of tokens, each at
+        most ``rows``): a trace's counts are replayed, not sampled around, so the expert GEMM
+        shapes repeat exactly as often as in the recorded run."""
+        target = _apportion(np.asarray(counts, float), rows * k, rows)
+        ids = np.repeat(np.arange(target.size), target)  # sorted: each entry one run <= rows
+        picks = ids.reshape(k, rows).T  # column j holds ids[j*rows:(j+1)*rows]: distinct per row
+        picks = picks[self._rng.permutation(rows)]
+        order = np.argsort(self._rng.random((rows, k)), axis=1)
+        return np.take_along_axis(picks, order, axis=1)
 
     def _shuffled(self, rows: int, n: int, k: int) -> np.ndarray:
         """``k`` distinct entries of ``n`` per row, uniformly."""
@@ -192,6 +203,25 @@ class ValueModel:
             return False
         self._store.set_values(out, torch.from_numpy(np.array(values)).to(out.dtype))
         return True
+
+
+def _apportion(shares: np.ndarray, total: int, cap: int) -> np.ndarray:
+    """Integers proportional to ``shares`` summing to ``total``, none above ``cap`` (largest
+    remainders first; what a capped entry cannot take goes to the others in proportion)."""
+    result = np.zeros(shares.size, dtype=np.int64)
+    open_ = np.ones(shares.size, dtype=bool)
+    while (left := total - int(result.sum())) > 0:
+        weights = np.where(open_, shares + 1e-9, 0.0)
+        ideal = result + left * weights / weights.sum()
+        floor = np.minimum(np.floor(ideal).astype(np.int64), cap)
+        short = left - int((floor - result).sum())
+        if short > 0:
+            room = np.where(open_ & (floor < cap), ideal - floor, -1.0)
+            floor[np.argsort(-room, kind="stable")[:short]] += 1
+            floor = np.minimum(floor, cap)
+        result = floor
+        open_ &= result < cap
+    return result
 
 
 def _finite_grads(out: Any, grads: Any, found_inf: torch.Tensor, inv_scale: torch.Tensor) -> bool:

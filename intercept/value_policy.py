@@ -16,8 +16,10 @@ class Routing:
     ``uniform``: every k-subset equally likely; ``balanced``: row ``t`` takes entries
     ``t*k ... t*k+k-1`` modulo the row length (every entry chosen equally often);
     ``zipf``: entry popularity falls as ``1/rank^s``, the popular entries shuffled per call
-    (trained routers favour a few experts, different ones per layer); ``trace``: each call takes
-    the share of every entry recorded from a real run (``counts``, cycled in call order).
+    (trained routers favour a few experts, different ones per layer); ``trace``: each call picks
+    every entry exactly as often as the recorded call of a real run (``counts``, cycled in call
+    order; scaled where the call routes another number of rows), so expert GEMM shapes repeat
+    as often as they did there.
     """
 
     mode: str = "uniform"

@@ -5,8 +5,7 @@
   python3 scripts/measure_host_costs.py --json /tmp/host_costs.json
   # 2. here: derive the shipped table from a raw record (prints the families it derived)
   python3 scripts/measure_host_costs.py --import-raw scripts/data/host_costs/h100x1.json \
-      --gemm-raw scripts/data/host_costs/h100x1-gemm.json --reference h100-host \
-      --write phantora/calibration/data/host_costs.json
+      --reference h100-host --write phantora/calibration/data/host_costs.json
 
 Each case issues its operation back to back and reports the host's wall time per call (what a
 rank's clock would have advanced on that host), with the GPU held busy behind a
@@ -26,8 +25,8 @@ minimum of ``--rounds`` rounds. Families:
   ``synchronize; t0; collective; synchronize; t1`` with its GPU time (CUDA events) beside it.
 * ``ddp``, ``fsdp2``, ``dtensor``, ``cuda_graph``: the host time those frameworks add per bucket,
   per parameter group, per op, per replay.
-* ``gemm_shape``: a matrix product of a shape the process has not run before, against the same
-  product repeated (cuBLAS's per-shape heuristic query).
+
+Products of shapes new to the process (cuBLAS's heuristic) are ``scripts/measure_gemm_heuristic.py``'s.
 
 Torch and the standard library only, so it runs with the device machines' own Python.
 """
@@ -297,35 +296,6 @@ def framework_cases(rec: Recorder, dev: torch.device) -> None:
     del dist
 
 
-GEMM_SHAPES = ((1024, 2816), (4096, 4096))
-"""(K, N) of the fresh-shape GEMM cases: the moe-600m experts' SwiGLU, and a square 4096."""
-
-
-def gemm_shape_cases(rec: Recorder, dev: torch.device) -> None:
-    """A matrix product whose shape the process has not run before against the same product
-    repeated: cuBLAS picks its kernel by a heuristic query that it caches per shape, so a
-    first-seen shape (an MoE expert's routed token count, a variable-length batch) costs the
-    host more. Each fresh-shape call takes the next row count, in the three layouts of a
-    linear layer's forward, input gradient and weight gradient (rows as the reduction)."""
-    n_calls, same_rows, first_fresh_rows = 100, 128, 256
-    rows_max = first_fresh_rows + n_calls // 10 + rec.rounds * n_calls
-    for k, n in GEMM_SHAPES:
-        x = torch.randn(rows_max, k, device=dev, dtype=torch.bfloat16)
-        dy = torch.randn(rows_max, n, device=dev, dtype=torch.bfloat16)
-        w = torch.randn(n, k, device=dev, dtype=torch.bfloat16)
-        layouts: dict[str, Callable[[int], object]] = {
-            "forward": lambda m: x[:m] @ w.t(),
-            "input grad": lambda m: dy[:m] @ w,
-            "weight grad": lambda m: dy[:m].t() @ x[:m],
-        }
-        for layout, product in layouts.items():
-            rows = iter(range(first_fresh_rows, rows_max))
-            rec.case("gemm.fresh_shape", f"mm fresh shape {layout} k{k} n{n}",
-                     lambda product=product, rows=rows: product(next(rows)), calls=n_calls)
-            rec.case("gemm.same_shape", f"mm same shape {layout} k{k} n{n}",
-                     lambda product=product: product(same_rows), calls=n_calls)
-
-
 def graph_cases(rec: Recorder, dev: torch.device) -> None:
     x = torch.randn(1024, 1024, device=dev)
     s = torch.cuda.Stream()
@@ -345,7 +315,7 @@ def graph_cases(rec: Recorder, dev: torch.device) -> None:
 
 
 SECTIONS = (aten_cases, backward_cases, foreach_cases, c10d_cases, framework_cases,
-            graph_cases, gemm_shape_cases)
+            graph_cases)
 """Every measuring section, in the order they run (``--sections`` picks by name)."""
 
 
@@ -391,27 +361,6 @@ def _case_us(raw: dict[str, Any], source: str) -> Callable[[str], float]:
     return us
 
 
-def gemm_first_seen_ns(gemm_raw: dict[str, Any]) -> dict[str, int]:
-    """``gemm_first_seen_ns`` of the table from a ``gemm_shape`` record: per kind, the median
-    over the measured products of fresh-shape less same-shape cost, as measured (like the
-    families: host instances differ, and no benchmark predicts cuBLAS's own CPU work). A
-    fresh-shape round may outlast the GPU's sleep (every call is ~1 ms of CPU): its wall time is
-    then still the host's own, as its CPU time shows, so its rows are read either way."""
-    fresh = {row["case"]: row for row in gemm_raw["rows"]
-             if row.get("family") == "gemm.fresh_shape" and "us_median" in row}
-    same = _case_us(gemm_raw, "--gemm-raw")
-    kinds = {"new_output": ("forward", "input grad"), "new_reduction": ("weight grad",)}
-    table = {}
-    for kind, layouts in kinds.items():
-        extras = [row["us_median"] - same(case.replace("fresh shape", "same shape"))
-                  for case, row in fresh.items()
-                  if any(f" {layout} k" in case for layout in layouts)]
-        if not extras:
-            raise SystemExit(f"--gemm-raw: no fresh-shape rows for {kind}")
-        table[kind] = round(statistics.median(extras) * 1000)
-    return table
-
-
 AUTOGRAD_CASES = {"add requires_grad": "add out-of-place bf16 1M",
                   "linear+bias requires_grad": "linear+bias (addmm)",
                   "gelu requires_grad": "gelu bf16 1M", "layer_norm requires_grad": "layer_norm"}
@@ -429,11 +378,9 @@ def layers_ns(us: Callable[[str], float]) -> dict[str, int]:
     return {"autograd_record": round(record * 1000)}
 
 
-def derive_table(raw: dict[str, Any], reference: str,
-                 gemm_raw: dict[str, Any]) -> dict[str, Any]:
-    """The ``phantora/calibration/data/host_costs.json`` form of a raw record and a
-    ``gemm_shape`` record (see ``intercept.host_cost``); raises where a case it needs is missing
-    or had no valid round."""
+def derive_table(raw: dict[str, Any], reference: str) -> dict[str, Any]:
+    """The ``phantora/calibration/data/host_costs.json`` form of a raw record (see
+    ``intercept.host_cost``); raises where a case it needs is missing or had no valid round."""
     us = _case_us(raw, "--import-raw")
 
     def ns(cases: tuple[str, ...]) -> int:
@@ -446,17 +393,15 @@ def derive_table(raw: dict[str, Any], reference: str,
     collectives["default"] = round(statistics.median(collectives.values()))
     families = {family: ns(cases) for family, cases in FAMILY_CASES.items()}
     return {
-        "version": 3,
+        "version": 4,
         "reference": reference,
         "script_call_ns": ns(("plain python call (2 args)",)),
         "families_ns": families,
         "foreach_per_tensor_ns": round(statistics.median(slopes) * 1000),
         "collectives_ns": collectives,
-        "gemm_first_seen_ns": gemm_first_seen_ns(gemm_raw),
         "layers_ns": layers_ns(us),
         "provenance": {**raw["provenance"], "derived_by": "scripts/measure_host_costs.py "
-                       "--import-raw --gemm-raw", "statistic": "median of rounds; family: "
-                       "median of cases", "gemm_first_seen": gemm_raw["provenance"]},
+                       "--import-raw", "statistic": "median of rounds; family: median of cases"},
     }
 
 
@@ -465,20 +410,16 @@ def main() -> None:
     parser.add_argument("--json", help="measure here (a GPU machine) and write the raw record")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--import-raw", help="derive the shipped table from this raw record")
-    parser.add_argument("--gemm-raw", help="with --import-raw: the record holding the "
-                        "gemm_shape section")
     parser.add_argument("--reference", default="h100-host",
                         help="the simulation.host_cpu reference host the record was taken on")
     parser.add_argument("--write", help="with --import-raw: write the table here")
     parser.add_argument("--sections", nargs="+", metavar="NAME",
                         help="measure only these sections (aten, backward, foreach, c10d, "
-                             "framework, graph, gemm_shape); default all")
+                             "framework, graph); default all")
     args = parser.parse_args()
     if args.import_raw:
-        if not args.gemm_raw:
-            parser.error("--import-raw needs --gemm-raw (the gemm_shape record)")
-        with open(args.import_raw) as f, open(args.gemm_raw) as g:
-            table = derive_table(json.load(f), args.reference, json.load(g))
+        with open(args.import_raw) as f:
+            table = derive_table(json.load(f), args.reference)
         print(json.dumps(table, indent=1))
         if args.write:
             with open(args.write, "w") as f:

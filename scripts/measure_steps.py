@@ -85,6 +85,9 @@ class Run:
     env: tuple[tuple[str, str], ...] = ()
     """Variables the script needs (Megatron's CUDA_DEVICE_MAX_CONNECTIONS): the command sets
     them through ``env``, so the logged command line carries them."""
+    runner: tuple[str, ...] = ()
+    """A script that runs the example, with its arguments (``record_routing.py --out F --``):
+    it comes before the example's path, in one process and under torchrun alike."""
 
     def command(self) -> list[str]:
         path = str(EXAMPLES / self.script)
@@ -92,9 +95,9 @@ class Run:
         if self.name.startswith(PROFILE_PREFIX):
             return [*prefix, sys.executable, __file__, "profile-script", path, *self.args]
         if self.nproc == 1:
-            return [*prefix, sys.executable, path, *self.args]
+            return [*prefix, sys.executable, *self.runner, path, *self.args]
         return [*prefix, sys.executable, "-m", "torch.distributed.run", "--standalone",
-                "--nproc_per_node", str(self.nproc), path, *self.args]
+                "--nproc_per_node", str(self.nproc), *self.runner, path, *self.args]
 
 
 def machine_name(gpu_name: str, count: int) -> str:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shlex
 import statistics
@@ -167,14 +168,28 @@ def invocation(command: str) -> tuple[str, list[str], int, dict[str, str]]:
     return Path(words[script_at]).name, words[script_at + 1:], nproc, env
 
 
-def measured_scenario(machine: str, run_name: str, command: str) -> dict[str, Any]:
-    """The scenario that reruns a measured command on simulated GPUs of the machine's kind."""
+def measured_scenario(machine: str, run_name: str, command: str,
+                      routing_trace: Path | None = None) -> dict[str, Any]:
+    """The scenario that reruns a measured command on simulated GPUs of the machine's kind.
+    With the run's ``routing_trace`` (``record_routing.py``), its router replays the recorded
+    counts, over as many steps as the run took so that each step replays its own calls."""
     script, args, nproc, env = invocation(command)
-    return {"name": f"{machine}-{run_name}",
-            "cluster": cluster_of(machine),
-            "workload": {"script": f"{EXAMPLES_FROM_SCENARIOS}/{script}",
-                         "args": measure_steps.with_steps(args, SIMULATED_STEPS),
-                         "nproc_per_node": nproc, "env": {**SCENARIO_ENV, **env}}}
+    steps = SIMULATED_STEPS
+    scenario: dict[str, Any] = {"name": f"{machine}-{run_name}", "cluster": cluster_of(machine)}
+    if routing_trace is not None:
+        steps = max(steps, int(args[args.index("--steps") + 1]) if "--steps" in args else 0)
+        relative = Path(os.path.relpath(routing_trace, ACCURACY_DIR)).as_posix()
+        scenario["simulation"] = {"routing": f"trace:{relative}"}
+    scenario["workload"] = {"script": f"{EXAMPLES_FROM_SCENARIOS}/{script}",
+                            "args": measure_steps.with_steps(args, steps),
+                            "nproc_per_node": nproc, "env": {**SCENARIO_ENV, **env}}
+    return scenario
+
+
+def routing_trace_of(machine_dir: Path, run_name: str) -> Path | None:
+    """The routing trace recorded with a measured run (``measure_moe_steps.py``), if any."""
+    path = machine_dir / f"{machine_dir.name}_{run_name}.routing.json"
+    return path if path.exists() else None
 
 
 def measured_cases(root: Path = STEPS_DIR) -> list[Case]:
@@ -192,8 +207,9 @@ def measured_cases(root: Path = STEPS_DIR) -> list[Case]:
                 runs.setdefault(f"{run.machine}-{run.name}", []).append((run, log))
     cases = []
     for sessions in runs.values():
-        run, _ = sessions[0]
-        scenario = measured_scenario(run.machine, run.name, run.command)
+        run, log = sessions[0]
+        scenario = measured_scenario(run.machine, run.name, run.command,
+                                     routing_trace_of(log.parent, run.name))
         source = ", ".join(str(path.relative_to(REPO) if path.is_relative_to(REPO) else path)
                            for _, path in sessions)
         medians = tuple(session.median_ms for session, _ in sessions)

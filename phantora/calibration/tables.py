@@ -28,14 +28,26 @@ KERNEL_TABLES: Mapping[str, Table] = MappingProxyType({
 """Device time of one call of an aten op per op, dtype and shape, by catalogue GPU key."""
 
 HOST_COSTS = Table(DATA_DIR / "host_costs.json", Source(
-    file="scripts/data/host_costs/h100x1.json, scripts/data/host_costs/h100x1-gemm.json",
-    date="2026-11-25 (first-seen GEMM shapes 2026-11-26)",
+    file="scripts/data/host_costs/h100x1.json",
+    date="2026-11-25",
     gpu="NVIDIA H100 80GB HBM3 (lent nvidia-h100-x1; 16 vCPUs of an Intel Xeon)",
     nccl=UNKNOWN, torch="2.11.0+cu130",
     how="scripts/measure_host_costs.py --import-raw: per op family the median of its cases' "
         "medians of 7 rounds (the file's provenance block)"))
 """Host CPU time per intercepted op on the reference host: kernel launches by op family,
-collective calls, first-seen GEMM shapes (``intercept.host_cost``)."""
+collective calls (``intercept.host_cost``)."""
+
+GEMM_HEURISTIC = Table(DATA_DIR / "gemm_heuristic.json", Source(
+    file="scripts/data/gemm_heuristic/h100x1-replay-b4.json (fit), "
+         "scripts/data/gemm_heuristic/h100x1-replay-b8.json, "
+         "scripts/data/gemm_heuristic/h100x1-replay-b4-rerun.json (checks)",
+    date="2026-11-26",
+    gpu="NVIDIA H100 80GB HBM3 (lent nvidia-h100-x1; 16 vCPUs of an Intel Xeon)",
+    nccl="n/a (one GPU)", torch="2.11.0+cu130",
+    how="scripts/measure_gemm_heuristic.py --fit: least squares over the new-shape products of "
+        "an MoE replay of a recorded routing trace (moe-600m, batch 4), checked on batch 8 and "
+        "on a rerun"))
+"""Host cost of a cuBLAS product of a shape new to the process (``intercept.gemm_heuristic``)."""
 
 PYTHON_WORK = Table(DATA_DIR / "python_work.json", Source(
     file="scripts/data/python_work/python_work_h100_1.json, scripts/data/python_work/"

@@ -3,6 +3,8 @@ torchrun on this CPU (gloo): the bytes follow the model's shapes and the router'
 scripts/validate_traffic.py finds the simulator's traffic equal to those recordings."""
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -51,6 +53,21 @@ def test_expert_parallel_traffic_follows_the_routing(tmp_path: Path) -> None:
                        "calls": [c["counts"] for c in ranks[0]["router_calls"]]}
     assert json.loads((tmp_path / "trace.rank1.json").read_text())["calls"] == [
         c["counts"] for c in ranks[1]["router_calls"]]
+
+
+def test_the_light_routing_recorder_writes_every_router_call(tmp_path: Path) -> None:
+    """``record_routing.py`` (no dispatch mode, so a timed run keeps its speed): one process,
+    two steps, every MoE layer's counts in call order, each summing to the routed copies."""
+    trace = tmp_path / "trace.json"
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "record_routing.py"), "--out",
+                           str(trace), "--", str(EXAMPLES / "moe_ep.py"), *TINY[2:], "--steps",
+                           "2"], capture_output=True, text=True, timeout=300, check=False,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    written = json.loads(trace.read_text())
+    assert written["experts"] == EXPERTS and written["top_k"] == TOP_K
+    assert len(written["calls"]) == 2 * LAYERS
+    assert all(sum(call) == 2 * SEQ * TOP_K for call in written["calls"])
 
 
 @pytest.mark.slow

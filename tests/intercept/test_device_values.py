@@ -25,6 +25,18 @@ result["routing"] = {name: counts(name) for name in ("uniform", "balanced", "zip
 result["same_seed"] = counts("uniform", 7)["first"] == counts("uniform", 7)["first"]
 result["other_seed"] = counts("uniform", 7)["first"] != counts("uniform", 8)["first"]
 result["argmax_range"] = sorted(set(torch.argmax(logits, -1).tolist()))
+import json, os, tempfile
+trace = os.path.join(tempfile.mkdtemp(), "trace.json")
+with open(trace, "w") as f:
+    json.dump({"experts": 8, "top_k": 2, "calls": [[1000, 2000, 500, 1500, 1200, 800, 592, 600],
+                                                   [4000, 4000, 100, 92, 0, 0, 0, 0]]}, f)
+mode.value_model = ValueModel(mode.values, Routing.parse("trace:" + trace), 0, 0)
+replayed = []
+for rows in (4096, 4096, 4096, 2048):
+    _, idx = torch.topk(torch.randn(rows, 8, device="cuda"), 2, dim=-1)
+    replayed.append({"counts": torch.bincount(idx.flatten(), minlength=8).tolist(),
+                     "distinct_rows": all(len(set(r)) == 2 for r in idx.tolist())})
+result["trace"] = replayed
 """
 
 COMPARISONS = """
@@ -115,6 +127,15 @@ def test_routing_modes_shape_the_load(routing: dict[str, Any]) -> None:
     assert all(abs(c - 1024) < 0.1 * 1024 for c in modes["uniform"]["counts"])
     zipf = sorted(modes["zipf:1.5"]["counts"])
     assert zipf[-1] > 4 * zipf[0]  # a few hot experts, like trained routers
+
+
+def test_a_routing_trace_is_replayed_exactly_call_by_call(routing: dict[str, Any]) -> None:
+    """Each router call takes its recorded call's counts (cycled), scaled where the call routes
+    another number of tokens: expert GEMM shapes repeat as in the recorded run."""
+    assert [call["counts"] for call in routing["trace"]] == [
+        [1000, 2000, 500, 1500, 1200, 800, 592, 600], [4000, 4000, 100, 92, 0, 0, 0, 0],
+        [1000, 2000, 500, 1500, 1200, 800, 592, 600], [2000, 2000, 50, 46, 0, 0, 0, 0]]
+    assert all(call["distinct_rows"] for call in routing["trace"])
 
 
 def test_values_are_seeded(routing: dict[str, Any]) -> None:

@@ -5,8 +5,7 @@ import json
 import pytest
 
 from intercept.clock import VirtualClock
-from intercept.host_cost import (TABLE_PATH, GemmShapeCache, family_of, load_table, table_for,
-                                 table_from_json)
+from intercept.host_cost import TABLE_PATH, family_of, load_table, table_for, table_from_json
 from intercept.host_references import references
 from intercept.residual import ResidualSmoother
 
@@ -41,6 +40,8 @@ def test_another_reference_host_scales_the_table_by_its_op_dispatch_speed() -> N
     factor = hosts[other].components_ns["torch_ops"] / hosts[base.reference].components_ns[
         "torch_ops"]
     assert scaled.families_ns["matmul"] == round(base.families_ns["matmul"] * factor)
+    assert scaled.gemm.base_ns == round(base.gemm.base_ns * factor)
+    assert scaled.gemm.reference == other
     assert table_for(None, "h100").reference == references().for_gpu("h100").name
 
 
@@ -52,24 +53,8 @@ def test_a_table_of_another_version_or_without_a_family_is_refused() -> None:
     del families["matmul"]
     with pytest.raises(ValueError, match="matmul"):
         table_from_json({**data, "families_ns": families})
-
-
-def test_a_gemm_pays_cublas_heuristic_once_per_shape_and_less_for_a_new_reduction() -> None:
-    table = load_table()
-    new_output, new_reduction = (table.gemm_first_seen_ns[k]
-                                 for k in ("new_output", "new_reduction"))
-    assert new_output > new_reduction > 0
-    cache = GemmShapeCache(table, capacity=3)
-    forward = ("mm", "bf16", "nt", 1, 2048, 2816, 1024)
-    assert cache.first_seen_ns(forward) == new_output
-    assert cache.first_seen_ns(forward) == 0
-    # the weight gradient's shape: the routed token count is its reduction length
-    assert cache.first_seen_ns(("mm", "bf16", "tn", 1, 2816, 1024, 2000)) == new_output
-    assert cache.first_seen_ns(("mm", "bf16", "tn", 1, 2816, 1024, 2001)) == new_reduction
-    assert cache.first_seen_ns(("mm", "fp32", "nt", 1, 2048, 2816, 1024)) == new_output
-    # the least recently used shape was forgotten: cuBLAS asks its heuristic again
-    cache.first_seen_ns(("addmm", "bf16", "nt", 1, 64, 64, 64))
-    assert cache.first_seen_ns(forward) == new_output
+    with pytest.raises(ValueError, match="one reference host"):
+        table_from_json({**data, "reference": "h200-host"})
 
 
 def test_a_segment_charges_its_quietest_recent_reading() -> None:

@@ -1,0 +1,95 @@
+"""cuBLAS's heuristic cost for products of shapes new to the process (``intercept.gemm_heuristic``)
+and its fit (``scripts/measure_gemm_heuristic.py``)."""
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from intercept.gemm_heuristic import (GemmShapeCache, heuristic_from_json, load_gemm_heuristic,
+                                      nearest_distance)
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "scripts"))
+
+import measure_gemm_heuristic  # noqa: E402  scripts/ is not a package
+
+REPLAYS = REPO / "scripts" / "data" / "gemm_heuristic"
+COSTS = {"reference": "h100-host", "base_ns": 200_000, "distance_edges": [8, 64, 512],
+         "warm_ns": [100_000, 1_000_000, 2_000_000, 3_000_000, 4_000_000],
+         "decay_shapes": 100, "new_reduction_ns": 150_000, "provenance": {}}
+FORWARD = ("mm", "bf16", "nt", 1, 2048, 2816, 1024)
+
+
+def _forward(rows: int) -> tuple[str, str, str, int, int, int, int]:
+    return (*FORWARD[:4], rows, *FORWARD[5:])
+
+
+def test_a_row_count_far_from_any_the_product_ran_costs_more_than_a_near_one() -> None:
+    cache = GemmShapeCache(heuristic_from_json(COSTS), capacity=100)
+    first = cache.first_seen_ns(_forward(2048))
+    assert first == 200_000 + 4_000_000  # none run yet
+    assert cache.first_seen_ns(_forward(2048)) == 0  # cached
+    near = cache.first_seen_ns(_forward(2052))  # 4 rows away, one row count run
+    far = cache.first_seen_ns(_forward(3000))  # 948 rows from the nearest
+    assert near == round(200_000 + 100_000 * math.exp(-1 / 100))
+    assert far == round(200_000 + 3_000_000 * math.exp(-2 / 100))
+    # another product (the input gradient's layout) has run nothing yet
+    assert cache.first_seen_ns(("mm", "bf16", "nn", 1, 2048, 2816, 1024)) == 4_200_000
+
+
+def test_the_extra_cost_fades_as_the_product_runs_more_row_counts() -> None:
+    cache = GemmShapeCache(heuristic_from_json(COSTS), capacity=10_000)
+    costs = [cache.first_seen_ns(_forward(1000 + 100 * i)) for i in range(400)]
+    assert costs[1] > costs[50] > costs[399] >= 200_000
+    assert costs[399] - 200_000 < 0.05 * (costs[1] - 200_000)
+
+
+def test_a_new_reduction_length_alone_costs_the_reduction_price() -> None:
+    cache = GemmShapeCache(heuristic_from_json(COSTS), capacity=3)
+    wgrad = ("mm", "bf16", "tn", 1, 2816, 1024, 2000)
+    assert cache.first_seen_ns(wgrad) == 4_200_000  # its output is new
+    assert cache.first_seen_ns((*wgrad[:6], 2001)) == 150_000
+    # least recently used shapes are forgotten, as cuBLAS's cache forgets them
+    for rows in (1, 2, 3):
+        cache.first_seen_ns(_forward(rows))
+    assert cache.first_seen_ns((*wgrad[:6], 2001)) > 150_000
+
+
+def test_nearest_distance_looks_both_ways() -> None:
+    assert nearest_distance([], 5) is None
+    assert nearest_distance([10, 20, 40], 26) == 6
+    assert nearest_distance([10, 20, 40], 5) == 5
+    assert nearest_distance([10, 20, 40], 41) == 1
+
+
+def test_bad_costs_are_refused_naming_the_key() -> None:
+    with pytest.raises(ValueError, match="decay_shapes"):
+        heuristic_from_json({k: v for k, v in COSTS.items() if k != "decay_shapes"})
+    with pytest.raises(ValueError, match="warm_ns"):
+        heuristic_from_json({**COSTS, "warm_ns": [1, 2]})
+    with pytest.raises(ValueError, match="must be > 0"):
+        heuristic_from_json({**COSTS, "decay_shapes": 0})
+
+
+def test_the_shipped_costs_are_the_fit_of_the_stored_replay() -> None:
+    shipped = load_gemm_heuristic()
+    fit_on = REPLAYS / shipped.provenance["fit_on"]
+    costs = measure_gemm_heuristic.fit(json.loads(fit_on.read_text())["calls"])
+    assert costs == {"base_ns": shipped.base_ns, "distance_edges": list(shipped.distance_edges),
+                     "warm_ns": list(shipped.warm_ns), "decay_shapes": shipped.decay_shapes,
+                     "new_reduction_ns": shipped.new_reduction_ns}
+
+
+def test_the_fit_holds_on_the_replay_it_was_not_fitted_on() -> None:
+    """Batch 8's routing trace, replayed on the same host: the median over steps 3.. of the
+    new-shape host time per step, fitted against measured, within 15%."""
+    shipped = load_gemm_heuristic()
+    costs = {"base_ns": shipped.base_ns, "distance_edges": list(shipped.distance_edges),
+             "warm_ns": list(shipped.warm_ns), "decay_shapes": shipped.decay_shapes,
+             "new_reduction_ns": shipped.new_reduction_ns}
+    log = json.loads((REPLAYS / "h100x1-replay-b8.json").read_text())["calls"]
+    real, fitted = measure_gemm_heuristic.per_step_ms(log, costs)
+    assert abs(measure_gemm_heuristic.median_error_pct(real, fitted)) <= 15, (real, fitted)
