@@ -84,6 +84,29 @@ def test_ci_scenario_runs_are_measured_over_more_steps_than_their_yaml_says() ->
     assert measure_steps.CI_STEPS - measure_steps.FIRST_MEASURED_STEP + 1 >= 5
 
 
+def test_learned_moe_runs_record_their_routing_and_the_harness_replays_it() -> None:
+    """``measure_moe_steps.py`` runs learned routing under ``record_routing.py``, its trace
+    beside the log; the accuracy harness then replays that trace over the run's own steps (the
+    measured median covers steps 3..10: each simulated step replays its recorded calls)."""
+    import measure_moe_steps
+    import validate_accuracy
+
+    runs = {r.name: r for r in measure_moe_steps.moe_runs(Path("/o"), "h100x1")}
+    learned, balanced = runs["moe-600m-b4-learned"], runs["moe-600m-b4-balanced"]
+    command = learned.command()
+    assert command[1].endswith("record_routing.py") and command[2:4] == [
+        "--out", "/o/h100x1_moe-600m-b4-learned.routing.json"]
+    assert not balanced.runner
+    assert validate_accuracy.invocation(" ".join(command))[0] == "moe_ep.py"
+    cases = {c.name: c for c in validate_accuracy.measured_cases()}
+    replayed = cases["h100x1-moe-600m-b4-learned"].scenario
+    assert replayed["simulation"]["routing"] == (
+        "trace:../../scripts/data/steps/h100x1/h100x1_moe-600m-b4-learned.routing.json")
+    args = replayed["workload"]["args"]
+    assert args[args.index("--steps") + 1] == "10"
+    assert "simulation" not in cases["h100x1-moe-600m-b4-balanced"].scenario
+
+
 @pytest.mark.parametrize("nproc", [4, 8])
 def test_distributed_suites_use_every_gpu(nproc: int) -> None:
     runs = measure_steps.plan_runs("dist,dist-more", nproc)
