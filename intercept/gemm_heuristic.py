@@ -56,9 +56,8 @@ class GemmHeuristic:
     def new_output_ns(self, distance: int | None, seen: int) -> int:
         """A new row count ``distance`` rows from the nearest the product ran (None: it ran
         none), after ``seen`` new row counts of that product."""
-        bin_ = len(self.warm_ns) - 1 if distance is None else \
-            bisect.bisect_left(self.distance_edges, distance)
-        return round(self.base_ns + self.warm_ns[bin_] * math.exp(-seen / self.decay_shapes))
+        warm = self.warm_ns[distance_bin(self.distance_edges, distance)]
+        return round(self.base_ns + warm * math.exp(-seen / self.decay_shapes))
 
     def scaled(self, reference: str, factor: float) -> "GemmHeuristic":
         """The costs on another reference host, ``factor`` times slower."""
@@ -96,10 +95,29 @@ def load_gemm_heuristic(path: Path = GEMM_HEURISTIC.path) -> GemmHeuristic:
     return heuristic_from_json(json.loads(path.read_text()))
 
 
-def nearest_distance(rows: list[int], m: int) -> int | None:
-    """Rows from ``m`` to the nearest of ``rows`` (sorted); None where ``rows`` is empty."""
-    at = bisect.bisect_left(rows, m)
-    return min((abs(rows[i] - m) for i in (at - 1, at) if 0 <= i < len(rows)), default=None)
+def distance_bin(edges: tuple[int, ...], distance: int | None) -> int:
+    """The bin of ``distance`` among ``edges`` (inclusive upper bounds; one bin beyond the
+    last), or the bin after that for None (the product ran no row count yet)."""
+    return len(edges) + 1 if distance is None else bisect.bisect_left(edges, distance)
+
+
+class ProductRows:
+    """The row counts each product has run, for the distance to the nearest and their number."""
+
+    def __init__(self) -> None:
+        self._rows: dict[Any, list[int]] = {}
+
+    def place(self, product: Any, m: int) -> tuple[int | None, int]:
+        """(distance from ``m`` to the nearest row count ``product`` ran, None if none; how
+        many it ran), then ``m`` is one of them."""
+        rows = self._rows.setdefault(product, [])
+        at = bisect.bisect_left(rows, m)
+        distance = min((abs(rows[i] - m) for i in (at - 1, at) if 0 <= i < len(rows)),
+                       default=None)
+        seen = len(rows)
+        if distance != 0:
+            rows.insert(at, m)
+        return distance, seen
 
 
 class GemmShapeCache:
@@ -114,7 +132,7 @@ class GemmShapeCache:
         self._capacity = capacity
         self._shapes: OrderedDict[GemmShape, None] = OrderedDict()
         self._outputs: OrderedDict[GemmShape, None] = OrderedDict()
-        self._rows: dict[tuple[Any, ...], list[int]] = {}
+        self._rows = ProductRows()
 
     def first_seen_ns(self, shape: GemmShape) -> int:
         """0 for a shape run before (still cached); else what the heuristic query costs."""
@@ -125,12 +143,8 @@ class GemmShapeCache:
         if seen_output:
             return self._heuristic.new_reduction_ns
         op, dtype, layout, batch, m, n, k = shape
-        rows = self._rows.setdefault((op, dtype, layout, batch, n, k), [])
-        distance = nearest_distance(rows, m)
-        cost = self._heuristic.new_output_ns(distance, len(rows))
-        if distance != 0:
-            bisect.insort(rows, m)
-        return cost
+        return self._heuristic.new_output_ns(*self._rows.place((op, dtype, layout, batch, n, k),
+                                                               m))
 
     def _touch(self, cache: OrderedDict[GemmShape, None], key: GemmShape) -> bool:
         """Whether ``key`` was cached; it is the most recent entry afterwards."""

@@ -79,7 +79,8 @@ def replay(trace_path: Path, out: Path) -> None:
         for counts in layers:
             for m in counts:
                 if m:
-                    call("fwd_up", m), call("fwd_up", m), call("fwd_down", m)
+                    for name in ("fwd_up", "fwd_up", "fwd_down"):
+                        call(name, m)
             torch.cuda.synchronize()  # the script's .tolist() of the next layer's counts
         for counts in reversed(layers):
             for m in reversed(counts):
@@ -100,17 +101,15 @@ def new_output_calls(log: list[list[Any]]) -> list[tuple[int, int | None, int, f
     """``(step, distance, seen, host_us)`` of every call whose output shape was new, with the
     distance to the nearest row count its product ran and how many it had run, as
     ``intercept.gemm_heuristic`` reckons them."""
-    from intercept.gemm_heuristic import nearest_distance
+    from intercept.gemm_heuristic import ProductRows
 
-    rows: dict[str, list[int]] = defaultdict(list)
+    rows = ProductRows()
     step, out = 0, []
     for name, m, new, host_us in log:
         if name == "step":
             step += 1
         elif new and not name.startswith("wgrad"):
-            out.append((step, nearest_distance(rows[name], m), len(rows[name]), host_us))
-            rows[name].append(m)
-            rows[name].sort()
+            out.append((step, *rows.place(name, m), host_us))
     return out
 
 
@@ -123,6 +122,8 @@ def fit(log: list[list[Any]]) -> dict[str, Any]:
     """The costs of ``intercept.gemm_heuristic`` from one replay (module doc)."""
     import numpy as np
 
+    from intercept.gemm_heuristic import distance_bin
+
     calls = new_output_calls(log)
     same = repeat_us(log)
     y = np.array([us - same for *_, us in calls]) * 1000
@@ -131,7 +132,7 @@ def fit(log: list[list[Any]]) -> dict[str, Any]:
         x = np.zeros((len(calls), len(DISTANCE_EDGES) + 3))
         for i, (_, distance, seen, _) in enumerate(calls):
             x[i, 0] = 1.0
-            x[i, 1 + _bin(distance)] = math.exp(-seen / decay)
+            x[i, 1 + distance_bin(DISTANCE_EDGES, distance)] = math.exp(-seen / decay)
         coef, *_ = np.linalg.lstsq(x, y, rcond=None)
         error = float(np.abs(x @ coef - y).mean())
         if best is None or error < best[0]:
@@ -142,11 +143,6 @@ def fit(log: list[list[Any]]) -> dict[str, Any]:
     return {"base_ns": max(0, round(coef[0])), "distance_edges": list(DISTANCE_EDGES),
             "warm_ns": [max(0, round(c)) for c in coef[1:]], "decay_shapes": decay,
             "new_reduction_ns": round(statistics.mean(reduction) * 1000)}
-
-
-def _bin(distance: int | None) -> int:
-    return len(DISTANCE_EDGES) + 1 if distance is None else \
-        sum(distance > edge for edge in DISTANCE_EDGES)
 
 
 def per_step_ms(log: list[list[Any]], costs: dict[str, Any]) -> tuple[list[float], list[float]]:

@@ -399,17 +399,15 @@ def parse_output(texts: list[str], machine: str, name: str) -> Result:
 def profile_script(script: Path, args: list[str]) -> None:
     """Run ``script`` as ``__main__`` under ``torch.profiler``; print device time by kernel
     and by op over all its steps: the kernels a step really launches, for the compute model."""
-    import runpy
-
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    sys.argv = [str(script), *args]
-    sys.path.insert(0, str(script.parent))
+    from record_traffic import run_as_main  # scripts/ is on the path: this script's folder
+
     on_gpu = torch.cuda.is_available()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
     with profile(activities=activities) as prof:
-        runpy.run_path(str(script), run_name="__main__")
+        run_as_main(script, args)
     averages = prof.key_averages()
     time_key = "device_time_total" if on_gpu else "cpu_time_total"
     for sort_by in (f"self_{time_key}", time_key):

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import runpy
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,8 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from record_traffic import routing_trace  # scripts/ is not a package: imported from its folder
+from record_traffic import (  # scripts/ is not a package: imported from its folder
+    rank_trace_path, routing_trace, run_as_main)
 
 
 class RouterCalls:
@@ -73,15 +73,14 @@ def main() -> None:
     rank = int(os.environ.get("RANK", "0"))
     calls = RouterCalls(args.top_k)
     calls.install()
-    sys.argv = [str(args.script), *args.args]
-    sys.path.insert(0, str(args.script.resolve().parent))  # as ``python script.py`` has it
-    runpy.run_path(str(args.script), run_name="__main__")
+    run_as_main(args.script, args.args)
     trace = json.dumps(calls.trace(rank)) + "\n"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        args.out.with_name(f"{args.out.stem}.rank{rank}.json").write_text(trace)
+        rank_trace_path(args.out, rank).write_text(trace)
     if rank == 0:
         args.out.write_text(trace)
+
 
 if __name__ == "__main__":
     main()

@@ -186,13 +186,23 @@ def run_worker(out_dir: Path, top_k: int | None, script: Path, script_args: list
         recorder.step += 1
 
     register_optimizer_step_post_hook(next_step)
-    sys.argv = [str(script), *script_args]
-    sys.path.insert(0, str(script.parent))
     try:
         with Mode():
-            runpy.run_path(str(script), run_name="__main__")
+            run_as_main(script, script_args)
     finally:
         (out_dir / f"rank{recorder.rank}.json").write_text(json.dumps(recorder.finish()))
+
+
+def run_as_main(script: Path, script_args: list[str]) -> None:
+    """Run ``script`` in this process as ``python script args...`` would."""
+    sys.argv = [str(script), *script_args]
+    sys.path.insert(0, str(script.resolve().parent))
+    runpy.run_path(str(script), run_name="__main__")
+
+
+def rank_trace_path(path: Path, rank: int) -> Path:
+    """Where rank ``rank``'s routing trace goes beside ``path`` (several ranks)."""
+    return path.with_name(f"{path.stem}.rank{rank}.json")
 
 
 def summarize_rank(rank: dict[str, Any]) -> dict[str, Any]:
@@ -349,8 +359,7 @@ def main(argv: list[str] | None = None) -> None:
         args.routing_trace.write_text(json.dumps(traces[0]) + "\n")
         if len(traces) > 1:
             for rank, trace in enumerate(traces):
-                path = args.routing_trace.with_name(f"{args.routing_trace.stem}.rank{rank}.json")
-                path.write_text(json.dumps(trace) + "\n")
+                rank_trace_path(args.routing_trace, rank).write_text(json.dumps(trace) + "\n")
 
 
 if __name__ == "__main__":

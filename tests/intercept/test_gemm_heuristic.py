@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from intercept.gemm_heuristic import (GemmShapeCache, heuristic_from_json, load_gemm_heuristic,
-                                      nearest_distance)
+from intercept.gemm_heuristic import (GemmShapeCache, ProductRows, heuristic_from_json,
+                                      load_gemm_heuristic)
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
@@ -58,11 +58,20 @@ def test_a_new_reduction_length_alone_costs_the_reduction_price() -> None:
     assert cache.first_seen_ns((*wgrad[:6], 2001)) > 150_000
 
 
-def test_nearest_distance_looks_both_ways() -> None:
-    assert nearest_distance([], 5) is None
-    assert nearest_distance([10, 20, 40], 26) == 6
-    assert nearest_distance([10, 20, 40], 5) == 5
-    assert nearest_distance([10, 20, 40], 41) == 1
+def test_the_nearest_row_count_is_looked_for_both_ways() -> None:
+    def placed(m: int) -> tuple[int | None, int]:
+        rows = ProductRows()
+        for ran in (10, 20, 40):
+            rows.place("mm", ran)
+        return rows.place("mm", m)
+
+    assert ProductRows().place("mm", 5) == (None, 0)
+    assert placed(26) == (6, 3)
+    assert placed(5) == (5, 3)
+    assert placed(41) == (1, 3)
+    rows = ProductRows()
+    rows.place("mm", 10)
+    assert rows.place("mm", 10) == (0, 1) and rows.place("mm", 11) == (1, 1)
 
 
 def test_bad_costs_are_refused_naming_the_key() -> None:
@@ -74,22 +83,23 @@ def test_bad_costs_are_refused_naming_the_key() -> None:
         heuristic_from_json({**COSTS, "decay_shapes": 0})
 
 
-def test_the_shipped_costs_are_the_fit_of_the_stored_replay() -> None:
+def _shipped_costs() -> dict[str, object]:
+    """The shipped costs in the form ``measure_gemm_heuristic.fit`` returns them."""
     shipped = load_gemm_heuristic()
-    fit_on = REPLAYS / shipped.provenance["fit_on"]
+    return {"base_ns": shipped.base_ns, "distance_edges": list(shipped.distance_edges),
+            "warm_ns": list(shipped.warm_ns), "decay_shapes": shipped.decay_shapes,
+            "new_reduction_ns": shipped.new_reduction_ns}
+
+
+def test_the_shipped_costs_are_the_fit_of_the_stored_replay() -> None:
+    fit_on = REPLAYS / load_gemm_heuristic().provenance["fit_on"]
     costs = measure_gemm_heuristic.fit(json.loads(fit_on.read_text())["calls"])
-    assert costs == {"base_ns": shipped.base_ns, "distance_edges": list(shipped.distance_edges),
-                     "warm_ns": list(shipped.warm_ns), "decay_shapes": shipped.decay_shapes,
-                     "new_reduction_ns": shipped.new_reduction_ns}
+    assert costs == _shipped_costs()
 
 
 def test_the_fit_holds_on_the_replay_it_was_not_fitted_on() -> None:
     """Batch 8's routing trace, replayed on the same host: the median over steps 3.. of the
     new-shape host time per step, fitted against measured, within 15%."""
-    shipped = load_gemm_heuristic()
-    costs = {"base_ns": shipped.base_ns, "distance_edges": list(shipped.distance_edges),
-             "warm_ns": list(shipped.warm_ns), "decay_shapes": shipped.decay_shapes,
-             "new_reduction_ns": shipped.new_reduction_ns}
     log = json.loads((REPLAYS / "h100x1-replay-b8.json").read_text())["calls"]
-    real, fitted = measure_gemm_heuristic.per_step_ms(log, costs)
+    real, fitted = measure_gemm_heuristic.per_step_ms(log, _shipped_costs())
     assert abs(measure_gemm_heuristic.median_error_pct(real, fitted)) <= 15, (real, fitted)
