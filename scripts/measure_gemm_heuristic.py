@@ -1,23 +1,34 @@
 """Measure what cuBLAS's heuristic costs the host for products of row counts new to the process,
-replayed as an MoE step runs them; then fit ``intercept.gemm_heuristic``'s costs.
+as an MoE step runs them; then fit ``intercept.gemm_heuristic``'s costs.
 
-On a GPU machine, ``--replay TRACE --out LOG`` runs, in a fresh process, the products of the
-``moe-600m`` experts (SwiGLU, d_model 1024, hidden 2816, bf16) for the tokens per expert of a
-recorded routing trace (``scripts/record_routing.py``), layer by layer and step by step: per
-expert with tokens, forward (up, gate: one shape, down), then backward (input and weight
-gradients of down, gate and up). Each call's host time is logged with whether its shape was new
-to the process. No model, no autograd: only the products, so what varies is cuBLAS.
+Two ways to measure, on a GPU machine, each in a fresh process:
+
+- ``--profile OUT -- SCRIPT ARGS...`` runs the training script itself under the PyTorch
+  profiler (shapes recorded) and logs each ``moe-600m`` expert product's ``aten::mm`` (SwiGLU,
+  d_model 1024, hidden 2816, bf16): forward products on the script's thread, input and weight
+  gradients on autograd's. The fit uses these logs: they are the calls a simulated step
+  must pay for, in the order and amid the work of the real script (the profiler adds about
+  10 us to every call, which the repeat cost subtracted below takes out).
+- ``--replay TRACE --out LOG`` runs only the products, for the tokens per expert of a recorded
+  routing trace (``scripts/record_routing.py``), layer by layer and step by step: per expert
+  with tokens, forward (up, gate: one shape, down), then backward (input and weight gradients
+  of down, gate and up). No model, no autograd: only cuBLAS varies; kept as a check.
+
+Both logs are ``[product, rows, new, host_us]`` per call, ``["step", i, 0, 0]`` after each step.
 
 Here, ``--fit LOG --check LOG...`` fits ``base_ns``, the per-distance-bin warm costs and the
-decay (least squares over the new-output calls of the fit log; decay by grid search) and
-reports per step the real and the fitted sum of new-shape host time on every log; ``--write``
+decay (least squares over the new-output calls of the fit logs; decay by grid search) and
+reports per step the real and the fitted sum of new-shape host time on every log (several
+``--fit`` logs are pooled: one process's costs vary by about 30% from another's); ``--write``
 writes ``phantora/calibration/data/gemm_heuristic.json``.
 
   # on the GPU machine, each in a fresh process
-  python3 scripts/measure_gemm_heuristic.py --replay trace_b4.json --out "$OUT/replay-b4.json"
+  python3 scripts/measure_gemm_heuristic.py --profile "$OUT/training-b4.json" -- \\
+      scenarios/examples/moe_ep.py --model moe-600m --batch-size 4 --routing learned
+  python3 scripts/measure_gemm_heuristic.py --replay trace_b8.json --out "$OUT/replay-b8.json"
   # here
-  python3 scripts/measure_gemm_heuristic.py --fit scripts/data/gemm_heuristic/h100x1-replay-b4.json \\
-      --check scripts/data/gemm_heuristic/h100x1-replay-b8.json --write
+  python3 scripts/measure_gemm_heuristic.py --fit scripts/data/gemm_heuristic/h100x1-training-b4-*.json \\
+      --check scripts/data/gemm_heuristic/h100x1-training-b8-*.json --write
 """
 
 from __future__ import annotations
@@ -90,11 +101,84 @@ def replay(trace_path: Path, out: Path) -> None:
                         call(name, m)
         torch.cuda.synchronize()
         log.append(["step", step, 0, 0])
+    write_log(out, log, {"trace": trace_path.name,
+                         "script": "scripts/measure_gemm_heuristic.py --replay"})
+
+
+def write_log(out: Path, log: list[list[Any]], provenance: dict[str, str]) -> None:
+    """A measured log with where it was taken (the GPU machine's side)."""
+    import torch
+
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"provenance": {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
         "gpu": torch.cuda.get_device_name(), "python": platform.python_version(),
-        "torch": torch.__version__, "trace": trace_path.name,
-        "script": "scripts/measure_gemm_heuristic.py --replay"}, "calls": log}) + "\n")
+        "torch": torch.__version__, **provenance}, "calls": log}) + "\n")
+
+
+def expert_product(dims: list[list[int]], forward: bool) -> tuple[str, int] | None:
+    """``(product, rows)`` of an ``aten::mm`` with these input shapes, if it is one of the
+    replay's expert products (forward on the script's thread, gradients on autograd's)."""
+    if len(dims) < 2 or len(dims[0]) != 2 or len(dims[1]) != 2:
+        return None
+    (a, b), (_, d) = dims[0], dims[1]
+    if (b, d) == (D_MODEL, HIDDEN):
+        return ("fwd_up" if forward else "dgrad_down"), a
+    if (b, d) == (HIDDEN, D_MODEL):
+        return ("fwd_down" if forward else "dgrad_up"), a
+    if not forward and (a, d) == (D_MODEL, HIDDEN):
+        return "wgrad_down", b
+    if not forward and (a, d) == (HIDDEN, D_MODEL):
+        return "wgrad_up", b
+    return None
+
+
+def training_log(events: list[dict[str, Any]]) -> list[list[Any]]:
+    """The expert products of a profiled training run (Chrome trace events) in the replay's
+    log format; a step ends where the step's last fused AdamW ends."""
+    ops = [e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
+    adam = [e for e in ops if e["name"] == "aten::_fused_adamw_"]
+    if not adam:
+        raise SystemExit("--profile: the script ran no fused AdamW (aten::_fused_adamw_), "
+                         "so its steps cannot be told apart")
+    script_thread = adam[0]["tid"]
+    ends = sorted(e["ts"] + e["dur"] for e in adam)
+    step_ends = [t for i, t in enumerate(ends) if i + 1 == len(ends) or ends[i + 1] - t > 5000]
+    calls = sorted((e["ts"], *product, e["dur"]) for e in ops if e["name"] == "aten::mm"
+                   and (product := expert_product(e.get("args", {}).get("Input Dims", []),
+                                                  e["tid"] == script_thread)))
+    seen: set[tuple[str, int]] = set()
+    log: list[list[Any]] = []
+    steps_closed = 0
+    for ts, name, m, dur in calls:
+        while steps_closed < len(step_ends) and step_ends[steps_closed] < ts:
+            log.append(["step", steps_closed, 0, 0])
+            steps_closed += 1
+        log.append([name, m, int((name, m) not in seen), round(dur, 1)])
+        seen.add((name, m))
+    log.extend(["step", i, 0, 0] for i in range(steps_closed, len(step_ends)))
+    return log
+
+
+def profile(out: Path, script: Path, script_args: list[str]) -> None:
+    """The device half of ``--profile`` (module doc)."""
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    from record_traffic import run_as_main  # scripts/ is not a package: imported from its folder
+
+    profiler = torch_profile(activities=[ProfilerActivity.CPU], record_shapes=True)
+    with profiler:
+        run_as_main(script, script_args)
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = Path(tmp) / "trace.json"
+        profiler.export_chrome_trace(str(trace))
+        events = json.loads(trace.read_text())["traceEvents"]
+    write_log(out, training_log(events), {
+        "script": "scripts/measure_gemm_heuristic.py --profile -- "
+                  + " ".join([script.name, *script_args])})
 
 
 def new_output_calls(log: list[list[Any]]) -> list[tuple[int, int | None, int, float]]:
@@ -118,19 +202,20 @@ def repeat_us(log: list[list[Any]]) -> float:
     return statistics.median(us for name, _, new, us in log if name != "step" and not new)
 
 
-def fit(log: list[list[Any]]) -> dict[str, Any]:
-    """The costs of ``intercept.gemm_heuristic`` from one replay (module doc)."""
+def fit(logs: list[list[list[Any]]]) -> dict[str, Any]:
+    """The costs of ``intercept.gemm_heuristic`` from the pooled calls of several logs, each
+    call's extra taken over its own log's repeat cost (module doc)."""
     import numpy as np
 
     from intercept.gemm_heuristic import distance_bin
 
-    calls = new_output_calls(log)
-    same = repeat_us(log)
-    y = np.array([us - same for *_, us in calls]) * 1000
+    calls = [(distance, seen, us - repeat_us(log))
+             for log in logs for _, distance, seen, us in new_output_calls(log)]
+    y = np.array([extra_us for *_, extra_us in calls]) * 1000
     best: tuple[float, float, Any] | None = None
     for decay in DECAYS:
         x = np.zeros((len(calls), len(DISTANCE_EDGES) + 3))
-        for i, (_, distance, seen, _) in enumerate(calls):
+        for i, (distance, seen, _) in enumerate(calls):
             x[i, 0] = 1.0
             x[i, 1 + distance_bin(DISTANCE_EDGES, distance)] = math.exp(-seen / decay)
         coef, *_ = np.linalg.lstsq(x, y, rcond=None)
@@ -139,7 +224,8 @@ def fit(log: list[list[Any]]) -> dict[str, Any]:
             best = (error, decay, coef)
     assert best is not None
     _, decay, coef = best
-    reduction = [us - same for name, _, new, us in log if new and str(name).startswith("wgrad")]
+    reduction = [us - repeat_us(log) for log in logs
+                 for name, _, new, us in log if new and str(name).startswith("wgrad")]
     return {"base_ns": max(0, round(coef[0])), "distance_edges": list(DISTANCE_EDGES),
             "warm_ns": [max(0, round(c)) for c in coef[1:]], "decay_shapes": decay,
             "new_reduction_ns": round(statistics.mean(reduction) * 1000)}
@@ -168,40 +254,50 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])
+    parser.add_argument("--profile", type=Path,
+                        help="on a GPU: profile the training script after '--' into this log")
     parser.add_argument("--replay", type=Path, help="on a GPU: replay this routing trace")
     parser.add_argument("--out", type=Path, help="with --replay: the log to write")
-    parser.add_argument("--fit", type=Path, help="fit on this replay log")
+    parser.add_argument("--fit", type=Path, nargs="+", help="fit on these logs, pooled")
     parser.add_argument("--check", type=Path, nargs="*", default=[],
-                        help="with --fit: replay logs to check the fit on")
+                        help="with --fit: logs to check the fit on")
     parser.add_argument("--reference", default="h100-host",
                         help="the simulation.host_cpu reference host the logs were taken on")
     parser.add_argument("--write", action="store_true",
                         help="with --fit: write phantora/calibration/data/gemm_heuristic.json")
+    parser.add_argument("script", nargs="?", type=Path, help="with --profile: the script")
+    parser.add_argument("script_args", nargs=argparse.REMAINDER, help="its arguments")
     args = parser.parse_args()
+    if args.profile:
+        if not args.script:
+            parser.error("--profile needs the training script after '--'")
+        profile(args.profile, args.script, args.script_args)
+        return
     if args.replay:
         if not args.out:
             parser.error("--replay needs --out")
         replay(args.replay, args.out)
         return
     if not args.fit:
-        parser.error("give --replay (on a GPU machine) or --fit")
+        parser.error("give --profile or --replay (on a GPU machine), or --fit")
     sys.path.insert(0, str(REPO))
-    logs = {path: json.loads(path.read_text()) for path in [args.fit, *args.check]}
-    costs = fit(logs[args.fit]["calls"])
+    logs = {path: json.loads(path.read_text()) for path in [*args.fit, *args.check]}
+    costs = fit([logs[path]["calls"] for path in args.fit])
     print(json.dumps(costs))
     checks = {}
     for path, record in logs.items():
         real, fitted = per_step_ms(record["calls"], costs)
         error = median_error_pct(real, fitted)
-        role = "fit" if path == args.fit else "check"
+        role = "fit" if path in args.fit else "check"
         checks[path.name] = {"role": role, "median_error_pct_steps_3_on": round(error, 1)}
         print(f"{path.name} ({role}): new-shape host ms per step, measured / fitted; median of "
               f"steps 3.. {error:+.1f}%")
         print("  " + "  ".join(f"{r:.0f}/{f:.0f}" for r, f in zip(real, fitted, strict=True)))
     if args.write:
         target = REPO / "phantora" / "calibration" / "data" / "gemm_heuristic.json"
-        provenance = {**logs[args.fit]["provenance"], "fit_on": args.fit.name,
-                      "checks": checks, "derived_by": "scripts/measure_gemm_heuristic.py --fit"}
+        provenance = {"fit_on": [path.name for path in args.fit], "logs": checks,
+                      "measured_on": {path.name: logs[path]["provenance"] for path in args.fit},
+                      "derived_by": "scripts/measure_gemm_heuristic.py --fit"}
         target.write_text(json.dumps({"reference": args.reference, **costs,
                                       "provenance": provenance}, indent=1) + "\n")
         print(f"wrote {target.relative_to(REPO)}")

@@ -38,15 +38,15 @@ HOST_COSTS = Table(DATA_DIR / "host_costs.json", Source(
 collective calls (``intercept.host_cost``)."""
 
 GEMM_HEURISTIC = Table(DATA_DIR / "gemm_heuristic.json", Source(
-    file="scripts/data/gemm_heuristic/h100x1-replay-b4.json (fit), "
-         "scripts/data/gemm_heuristic/h100x1-replay-b8.json, "
-         "scripts/data/gemm_heuristic/h100x1-replay-b4-rerun.json (checks)",
+    file="scripts/data/gemm_heuristic/h100x1-training-b4*.json (fit), "
+         "scripts/data/gemm_heuristic/h100x1-training-b8*.json, "
+         "scripts/data/gemm_heuristic/h100x1-replay-*.json (checks)",
     date="2026-11-26",
     gpu="NVIDIA H100 80GB HBM3 (lent nvidia-h100-x1; 16 vCPUs of an Intel Xeon)",
     nccl="n/a (one GPU)", torch="2.11.0+cu130",
-    how="scripts/measure_gemm_heuristic.py --fit: least squares over the new-shape products of "
-        "an MoE replay of a recorded routing trace (moe-600m, batch 4), checked on batch 8 and "
-        "on a rerun"))
+    how="scripts/measure_gemm_heuristic.py --fit: least squares over the new-shape expert "
+        "products of four profiled moe-600m training runs at batch 4, pooled; checked on four "
+        "at batch 8 and on replays of recorded routing traces"))
 """Host cost of a cuBLAS product of a shape new to the process (``intercept.gemm_heuristic``)."""
 
 PYTHON_WORK = Table(DATA_DIR / "python_work.json", Source(

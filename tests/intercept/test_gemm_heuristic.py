@@ -16,7 +16,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 import measure_gemm_heuristic  # noqa: E402  scripts/ is not a package
 
-REPLAYS = REPO / "scripts" / "data" / "gemm_heuristic"
+LOGS = REPO / "scripts" / "data" / "gemm_heuristic"
 COSTS = {"reference": "h100-host", "base_ns": 200_000, "distance_edges": [8, 64, 512],
          "warm_ns": [100_000, 1_000_000, 2_000_000, 3_000_000, 4_000_000],
          "decay_shapes": 100, "new_reduction_ns": 150_000, "provenance": {}}
@@ -91,15 +91,53 @@ def _shipped_costs() -> dict[str, object]:
             "new_reduction_ns": shipped.new_reduction_ns}
 
 
-def test_the_shipped_costs_are_the_fit_of_the_stored_replay() -> None:
-    fit_on = REPLAYS / load_gemm_heuristic().provenance["fit_on"]
-    costs = measure_gemm_heuristic.fit(json.loads(fit_on.read_text())["calls"])
+def test_the_shipped_costs_are_the_fit_of_the_stored_logs() -> None:
+    fit_on = load_gemm_heuristic().provenance["fit_on"]
+    costs = measure_gemm_heuristic.fit([json.loads((LOGS / name).read_text())["calls"]
+                                        for name in fit_on])
     assert costs == _shipped_costs()
 
 
-def test_the_fit_holds_on_the_replay_it_was_not_fitted_on() -> None:
-    """Batch 8's routing trace, replayed on the same host: the median over steps 3.. of the
-    new-shape host time per step, fitted against measured, within 15%."""
-    log = json.loads((REPLAYS / "h100x1-replay-b8.json").read_text())["calls"]
-    real, fitted = measure_gemm_heuristic.per_step_ms(log, _shipped_costs())
-    assert abs(measure_gemm_heuristic.median_error_pct(real, fitted)) <= 15, (real, fitted)
+def test_the_fit_holds_on_the_training_runs_it_was_not_fitted_on() -> None:
+    """Four batch-8 training runs, profiled on H100 hosts (the fit is batch 4's): the median
+    over steps 3.. of the new-shape host time per step, fitted against measured, within 15% on
+    average and 30% on each run (one process's costs differ from another's by about 30%)."""
+    errors = []
+    for path in sorted(LOGS.glob("h100x1-training-b8*.json")):
+        real, fitted = measure_gemm_heuristic.per_step_ms(
+            json.loads(path.read_text())["calls"], _shipped_costs())
+        errors.append(measure_gemm_heuristic.median_error_pct(real, fitted))
+    assert len(errors) == 4
+    assert abs(sum(errors) / len(errors)) <= 15, errors
+    assert max(abs(e) for e in errors) <= 30, errors
+
+
+def _mm(tid: int, ts: float, dims: list[list[int]], dur: float = 100.0) -> dict[str, object]:
+    return {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "tid": tid, "ts": ts, "dur": dur,
+            "args": {"Input Dims": dims}}
+
+
+def test_a_profiled_training_run_becomes_a_log_of_expert_products_by_step() -> None:
+    """Forward products on the script's thread, gradients on autograd's; other products
+    (attention, router) are left out; a step ends after its fused AdamW calls."""
+    d, h = measure_gemm_heuristic.D_MODEL, measure_gemm_heuristic.HIDDEN
+    adam = {"ph": "X", "cat": "cpu_op", "name": "aten::_fused_adamw_", "tid": 1, "dur": 10.0}
+    events = [
+        _mm(1, 0, [[300, d], [d, h]]), _mm(1, 1, [[300, d], [d, h]]),
+        _mm(1, 2, [[300, h], [h, d]]), _mm(1, 3, [[300, d], [d, d]]),  # attention: left out
+        _mm(2, 10, [[300, d], [d, h]]), _mm(2, 11, [[d, 300], [300, h]]),
+        _mm(2, 12, [[300, h], [h, d]]), _mm(2, 13, [[h, 300], [300, d]]),
+        {**adam, "ts": 20}, {**adam, "ts": 31},  # two optimizers, one step
+        _mm(1, 100_000, [[301, d], [d, h]], dur=900.0),
+        {**adam, "ts": 100_100},
+    ]
+    assert measure_gemm_heuristic.training_log(events) == [
+        ["fwd_up", 300, 1, 100.0], ["fwd_up", 300, 0, 100.0], ["fwd_down", 300, 1, 100.0],
+        ["dgrad_down", 300, 1, 100.0], ["wgrad_down", 300, 1, 100.0],
+        ["dgrad_up", 300, 1, 100.0], ["wgrad_up", 300, 1, 100.0], ["step", 0, 0, 0],
+        ["fwd_up", 301, 1, 900.0], ["step", 1, 0, 0]]
+
+
+def test_a_profile_without_an_optimizer_step_is_refused() -> None:
+    with pytest.raises(SystemExit, match="aten::_fused_adamw_"):
+        measure_gemm_heuristic.training_log([_mm(1, 0, [[8, 1024], [1024, 2816]])])
