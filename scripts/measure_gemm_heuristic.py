@@ -209,8 +209,8 @@ def fit(logs: list[list[list[Any]]]) -> dict[str, Any]:
 
     from intercept.gemm_heuristic import distance_bin
 
-    calls = [(distance, seen, us - repeat_us(log))
-             for log in logs for _, distance, seen, us in new_output_calls(log)]
+    calls = [(distance, seen, us - same) for log in logs for same in [repeat_us(log)]
+             for _, distance, seen, us in new_output_calls(log)]
     y = np.array([extra_us for *_, extra_us in calls]) * 1000
     best: tuple[float, float, Any] | None = None
     for decay in DECAYS:
@@ -224,7 +224,7 @@ def fit(logs: list[list[list[Any]]]) -> dict[str, Any]:
             best = (error, decay, coef)
     assert best is not None
     _, decay, coef = best
-    reduction = [us - repeat_us(log) for log in logs
+    reduction = [us - same for log in logs for same in [repeat_us(log)]
                  for name, _, new, us in log if new and str(name).startswith("wgrad")]
     return {"base_ns": max(0, round(coef[0])), "distance_edges": list(DISTANCE_EDGES),
             "warm_ns": [max(0, round(c)) for c in coef[1:]], "decay_shapes": decay,
