@@ -38,9 +38,8 @@ HOST_COSTS = Table(DATA_DIR / "host_costs.json", Source(
 collective calls (``intercept.host_cost``)."""
 
 GEMM_HEURISTIC = Table(DATA_DIR / "gemm_heuristic.json", Source(
-    file="scripts/data/gemm_heuristic/h100x1-training-b4*.json (fit), "
-         "scripts/data/gemm_heuristic/h100x1-training-b8*.json, "
-         "scripts/data/gemm_heuristic/h100x1-replay-*.json (checks)",
+    file="scripts/data/gemm_heuristic/ (the fit: the four h100x1-training-b4 logs; checks: "
+         "the four h100x1-training-b8 logs and the h100x1-replay logs)",
     date="2026-11-26",
     gpu="NVIDIA H100 80GB HBM3 (lent nvidia-h100-x1; 16 vCPUs of an Intel Xeon)",
     nccl="n/a (one GPU)", torch="2.11.0+cu130",
