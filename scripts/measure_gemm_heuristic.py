@@ -166,8 +166,7 @@ def profile(out: Path, script: Path, script_args: list[str]) -> None:
 
     from torch.profiler import ProfilerActivity, profile as torch_profile
 
-    sys.path.insert(0, str(REPO / "scripts"))
-    from record_traffic import run_as_main  # scripts/ is not a package: imported from its folder
+    from record_traffic import run_as_main  # scripts/ is on the path: this script's folder
 
     profiler = torch_profile(activities=[ProfilerActivity.CPU], record_shapes=True)
     with profiler:
