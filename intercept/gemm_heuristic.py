@@ -1,22 +1,27 @@
-"""What a cuBLAS matrix product of a shape new to the process costs the host: cuBLAS's heuristic.
+"""What a cuBLAS matrix product of a shape new to the process costs the host.
 
-cuBLAS picks a kernel per shape by a heuristic query whose answer it caches. Fixed-shape
-training pays it in its first step only; an MoE expert's products, sized by the tokens the
-router sends the expert, pay it whenever a count comes up for the first time, and such counts
-keep coming (``docs/models/host.md``). Replayed on a lent H100 host in the order an MoE step
-runs them (``scripts/measure_gemm_heuristic.py``), a new row count of a product cost:
+For each shape new to the process cuBLAS runs a heuristic query, whose answer it caches; the
+first time the answer is a kernel the process has never launched, cuBLAS also prepares that
+kernel (its ``nvjet`` kernels), which costs milliseconds. Fixed-shape training pays both in its
+first step only; an MoE expert's products, sized by the tokens the router sends the expert,
+meet new row counts all along, and now and then a new kernel (``docs/models/host.md``).
 
-* about ``base_ns`` when the product had already run a row count a few rows away;
-* milliseconds more when the nearest row count it had run was tens to hundreds of rows away,
-  or when it had run none, and the more so the younger the process: the extra falls by
-  ``exp(-seen / decay_shapes)`` with the row counts the product has run.
+Two models, by what is known of the product:
 
-So a new row count costs ``base_ns + warm_ns[bin] * exp(-seen / decay_shapes)``, ``bin`` the
-distance to the nearest row count the product ran (by ``distance_edges``; the last bin: none
-yet). A product is everything but the row count: ``(op, dtype, layout, batch, n, k)``. Where
-only the reduction length is new (a weight gradient, whose reduction is the routed tokens),
-the product costs ``new_reduction_ns``. Fitted on one MoE replay and checked on another
-(``phantora/calibration/data/gemm_heuristic.json`` with both errors).
+* **Kernel map** (:class:`KernelMap`, measured per GPU model by
+  ``scripts/measure_gemm_heuristic.py --kernel-map``): the kernels cuBLAS launches for every
+  row count of a product. A new shape costs ``new_shape_ns``, plus ``new_kernel_ns`` where one
+  of its kernels is new to the process.
+* **Otherwise** the kernel is not known, and the mean cost is used: a new row count costs
+  ``base_ns + warm_ns[bin] * exp(-seen / decay_shapes)``, ``bin`` the distance to the nearest
+  row count the product ran (by ``distance_edges``; the last bin: none yet), ``seen`` how many
+  it ran (far row counts pick new kernels more often, and fewer kernels are left new as the
+  process ages). Where only the reduction length is new (a weight gradient, whose reduction is
+  the routed tokens) the product costs ``new_reduction_ns``.
+
+A product is everything but the routed tokens: ``(op, dtype, layout, batch, n, k)``. The costs
+(``phantora/calibration/data/gemm_heuristic.json``) are fitted on profiled MoE training runs
+and checked on others.
 
 No torch import.
 """
@@ -30,7 +35,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from phantora.calibration.tables import GEMM_HEURISTIC
+from phantora.calibration.tables import CUBLAS_KERNEL_MAPS, GEMM_HEURISTIC
 
 GemmShape = tuple[str, str, str, int, int, int, int]
 """``(op, dtype, layout, batch, m, n, k)`` of one cuBLAS product (``KernelSpec`` fields)."""
@@ -51,6 +56,10 @@ class GemmHeuristic:
     """Per distance bin, then for a product that has run no row count yet."""
     decay_shapes: float
     new_reduction_ns: int
+    new_shape_ns: int
+    """A new shape of a mapped product whose kernels the process has launched."""
+    new_kernel_ns: int
+    """Extra, where a mapped product's kernel is new to the process."""
     provenance: dict[str, Any]
 
     def new_output_ns(self, distance: int | None, seen: int) -> int:
@@ -64,6 +73,7 @@ class GemmHeuristic:
         return GemmHeuristic(reference, round(self.base_ns * factor), self.distance_edges,
                              tuple(round(w * factor) for w in self.warm_ns), self.decay_shapes,
                              round(self.new_reduction_ns * factor),
+                             round(self.new_shape_ns * factor), round(self.new_kernel_ns * factor),
                              {**self.provenance, "scaled_from": self.reference,
                               "scale_factor": round(factor, 4)})
 
@@ -71,7 +81,7 @@ class GemmHeuristic:
 def heuristic_from_json(data: dict[str, Any]) -> GemmHeuristic:
     """The costs from their JSON form; names the bad key."""
     keys = ("reference", "base_ns", "distance_edges", "warm_ns", "decay_shapes",
-            "new_reduction_ns", "provenance")
+            "new_reduction_ns", "new_shape_ns", "new_kernel_ns", "provenance")
     missing = [key for key in keys if key not in data]
     if missing:
         raise ValueError(f"GEMM heuristic costs: {', '.join(missing)} missing (re-fit with "
@@ -86,6 +96,7 @@ def heuristic_from_json(data: dict[str, Any]) -> GemmHeuristic:
         raise ValueError(f"GEMM heuristic costs: decay_shapes {data['decay_shapes']} must be > 0")
     return GemmHeuristic(str(data["reference"]), int(data["base_ns"]), edges, warm,
                          float(data["decay_shapes"]), int(data["new_reduction_ns"]),
+                         int(data["new_shape_ns"]), int(data["new_kernel_ns"]),
                          dict(data["provenance"]))
 
 
@@ -120,26 +131,104 @@ class ProductRows:
         return distance, seen
 
 
-class GemmShapeCache:
-    """The matrix-product shapes one process has run: :meth:`first_seen_ns` is the extra host
-    cost of a product (see the module doc). Outputs and whole shapes are each remembered for
-    the :data:`CUBLAS_HEURISTICS_CACHE_CAPACITY` most recently used; the row counts each
-    product ran, for the distance to the nearest, all along."""
+ProductKey = tuple[str, str, str, int, int | None, int | None, int | None]
+"""A mapped product: ``(op, dtype, layout, batch, m, n, k)`` with None for the routed tokens
+(the rows of a forward or input-gradient product, the reduction of a weight gradient)."""
 
-    def __init__(self, heuristic: GemmHeuristic,
+
+@dataclass(frozen=True)
+class MappedProduct:
+    """One product's kernels over its routed-token counts, run-length encoded."""
+
+    starts: tuple[int, ...]
+    """The first count of each run (the first is 1)."""
+    kernels: tuple[tuple[int, ...], ...]
+    """Per run, the indices (into :attr:`KernelMap.kernels`) of the kernels launched."""
+    rows_max: int
+    """The largest count measured."""
+
+
+@dataclass(frozen=True)
+class KernelMap:
+    """The kernels cuBLAS launches for each routed-token count of the products measured on one
+    GPU model (``scripts/measure_gemm_heuristic.py --kernel-map``)."""
+
+    gpu: str
+    kernels: tuple[str, ...]
+    """Kernel names; only their identity matters here."""
+    products: dict[ProductKey, MappedProduct]
+    provenance: dict[str, Any]
+
+    def kernels_for(self, shape: GemmShape) -> tuple[int, ...] | None:
+        """The kernels of ``shape``, or None where its product or count was not measured."""
+        op, dtype, layout, batch, m, n, k = shape
+        for key, count in (((op, dtype, layout, batch, None, n, k), m),
+                           ((op, dtype, layout, batch, m, n, None), k)):
+            product = self.products.get(key)
+            if product is not None and 1 <= count <= product.rows_max:
+                return product.kernels[bisect.bisect_right(product.starts, count) - 1]
+        return None
+
+
+def kernel_map_from_json(gpu: str, data: dict[str, Any]) -> KernelMap:
+    """A kernel map from the form ``--kernel-map`` writes; names the bad entry."""
+    missing = [key for key in ("kernels", "products", "provenance") if key not in data]
+    if missing:
+        raise ValueError(f"cuBLAS kernel map for {gpu}: {', '.join(missing)} missing (re-measure "
+                         "with scripts/measure_gemm_heuristic.py --kernel-map)")
+    products = {}
+    for index, entry in enumerate(data["products"]):
+        dims = [entry[d] for d in ("m", "n", "k")]
+        runs = entry["runs"]
+        if dims.count(None) != 1 or not runs or runs[0][0] != 1:
+            raise ValueError(f"cuBLAS kernel map for {gpu}: product {index} needs exactly one of "
+                             f"m, n, k null (got {dims}) and runs from count 1")
+        key = (entry["op"], entry["dtype"], entry["layout"], int(entry["batch"]), *dims)
+        products[key] = MappedProduct(tuple(run[0] for run in runs),
+                                      tuple(tuple(run[1:]) for run in runs),
+                                      int(entry["rows_max"]))
+    return KernelMap(gpu, tuple(data["kernels"]), products, dict(data["provenance"]))
+
+
+@cache
+def load_kernel_map(gpu: str) -> KernelMap | None:
+    """The shipped kernel map of catalogue GPU ``gpu``, or None where none was measured."""
+    table = CUBLAS_KERNEL_MAPS.get(gpu)
+    return None if table is None else kernel_map_from_json(gpu, json.loads(table.path.read_text()))
+
+
+class GemmShapeCache:
+    """The matrix-product shapes and kernels one process has run: :meth:`first_seen_ns` is the
+    extra host cost of a product (see the module doc). Outputs and whole shapes are each
+    remembered for the :data:`CUBLAS_HEURISTICS_CACHE_CAPACITY` most recently used; kernels, and
+    the row counts each product ran (for the distance to the nearest), all along."""
+
+    def __init__(self, heuristic: GemmHeuristic, kernel_map: KernelMap | None = None,
                  capacity: int = CUBLAS_HEURISTICS_CACHE_CAPACITY) -> None:
         self._heuristic = heuristic
+        self._kernel_map = kernel_map
         self._capacity = capacity
         self._shapes: OrderedDict[GemmShape, None] = OrderedDict()
         self._outputs: OrderedDict[GemmShape, None] = OrderedDict()
+        self._kernels: set[int] = set()
         self._rows = ProductRows()
 
     def first_seen_ns(self, shape: GemmShape) -> int:
-        """0 for a shape run before (still cached); else what the heuristic query costs."""
+        """0 for a shape run before (still cached); else what the heuristic query costs, and
+        preparing a kernel new to the process where the kernel map knows the shape's. An empty
+        product (no routed tokens) does not reach cuBLAS."""
+        if 0 in shape[4:]:
+            return 0
         seen_shape = self._touch(self._shapes, shape)
         seen_output = self._touch(self._outputs, (*shape[:-1], 0))
         if seen_shape:
             return 0
+        kernels = None if self._kernel_map is None else self._kernel_map.kernels_for(shape)
+        if kernels is not None:
+            new_kernel = not self._kernels.issuperset(kernels)
+            self._kernels.update(kernels)
+            return self._heuristic.new_shape_ns + (self._heuristic.new_kernel_ns if new_kernel
+                                                   else 0)
         if seen_output:
             return self._heuristic.new_reduction_ns
         op, dtype, layout, batch, m, n, k = shape

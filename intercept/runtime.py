@@ -30,7 +30,7 @@ import numpy as np
 
 from intercept.client import CoordinatorClient, ValueSink
 from intercept.clock import VirtualClock
-from intercept.gemm_heuristic import GemmShapeCache
+from intercept.gemm_heuristic import GemmShapeCache, load_kernel_map
 from intercept.host_cost import CUBLAS_GEMMS, HostCostTable, load_table
 from intercept.python_work import CountedWork
 from intercept.residual import ResidualSmoother
@@ -66,7 +66,7 @@ class RankRuntime:
         self._client = client
         self._kernel_cost = kernel_cost
         self.host_costs = load_table() if host_costs is None else host_costs
-        self._gemm_shapes = GemmShapeCache(self.host_costs.gemm)
+        self._gemm_shapes = GemmShapeCache(self.host_costs.gemm, load_kernel_map(gpu.name))
         self._residual = residual
         self._counted_work = counted_work
         self._autograd_node = threading.local()

@@ -1,8 +1,14 @@
-"""Measure what cuBLAS's heuristic costs the host for products of row counts new to the process,
-as an MoE step runs them; then fit ``intercept.gemm_heuristic``'s costs.
+"""Measure what cuBLAS costs the host for products of row counts new to the process, as an MoE
+step runs them; then fit ``intercept.gemm_heuristic``'s costs.
 
-Two ways to measure, on a GPU machine, each in a fresh process:
+On a GPU machine, each in a fresh process:
 
+- ``--kernel-map OUT [--pair D_MODEL HIDDEN ROWS_MAX]...`` runs every row count 1..ROWS_MAX of
+  the six products of a SwiGLU expert (bf16; default the ``moe-600m`` experts to 16,384 rows)
+  under the PyTorch profiler with CUDA activity and records which kernels each ``aten::mm``
+  launched, run-length encoded: the kernel map the simulator reads per GPU model
+  (``phantora/calibration/data/cublas_kernels_<gpu>.json``). cuBLAS's choice is a function of
+  the shape alone, so one pass in order maps it.
 - ``--profile OUT -- SCRIPT ARGS...`` runs the training script itself under the PyTorch
   profiler (shapes recorded) and logs each ``moe-600m`` expert product's ``aten::mm`` (SwiGLU,
   d_model 1024, hidden 2816, bf16): forward products on the script's thread, input and weight
@@ -16,13 +22,19 @@ Two ways to measure, on a GPU machine, each in a fresh process:
 
 Both logs are ``[product, rows, new, host_us]`` per call, ``["step", i, 0, 0]`` after each step.
 
-Here, ``--fit LOG --check LOG...`` fits ``base_ns``, the per-distance-bin warm costs and the
-decay (least squares over the new-output calls of the fit logs; decay by grid search) and
-reports per step the real and the fitted sum of new-shape host time on every log (several
-``--fit`` logs are pooled: one process's costs vary by about 30% from another's); ``--write``
-writes ``phantora/calibration/data/gemm_heuristic.json``.
+Here, ``--fit LOG --check LOG...`` fits, pooled over the fit logs (one process's costs differ
+from another's by about 30%), each call's extra taken over its log's repeat cost:
+- with the shipped kernel map of ``--gpu``: ``new_shape_ns``, the mean extra of a new shape
+  whose kernels the process had launched, and ``new_kernel_ns``, how much more one with a
+  kernel new to the process cost;
+- for products without a map: ``base_ns``, the per-distance-bin warm costs and the decay
+  (least squares over the new-output calls; decay by grid search).
+It reports per step the measured new-shape host time and what the simulator's
+``GemmShapeCache`` charges, with the map and without, on every log; ``--write`` writes
+``phantora/calibration/data/gemm_heuristic.json``.
 
   # on the GPU machine, each in a fresh process
+  python3 scripts/measure_gemm_heuristic.py --kernel-map "$OUT/kernel-map.json"
   python3 scripts/measure_gemm_heuristic.py --profile "$OUT/training-b4.json" -- \\
       scenarios/examples/moe_ep.py --model moe-600m --batch-size 4 --routing learned
   python3 scripts/measure_gemm_heuristic.py --replay trace_b8.json --out "$OUT/replay-b8.json"
@@ -34,6 +46,7 @@ writes ``phantora/calibration/data/gemm_heuristic.json``.
 from __future__ import annotations
 
 import argparse
+import bisect
 import datetime
 import json
 import math
@@ -43,7 +56,7 @@ import sys
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 REPO = Path(__file__).resolve().parent.parent
 LAYERS = 8
@@ -59,20 +72,8 @@ def replay(trace_path: Path, out: Path) -> None:
     call, ``["step", i, 0, 0]`` after each step."""
     import torch
 
-    dev = "cuda"
-    rows_max = 17000
-    x = torch.randn(rows_max, D_MODEL, device=dev, dtype=torch.bfloat16)
-    h = torch.randn(rows_max, HIDDEN, device=dev, dtype=torch.bfloat16)
-    dy = torch.randn(rows_max, D_MODEL, device=dev, dtype=torch.bfloat16)
-    dh = torch.randn(rows_max, HIDDEN, device=dev, dtype=torch.bfloat16)
-    w_up = torch.randn(HIDDEN, D_MODEL, device=dev, dtype=torch.bfloat16)
-    w_down = torch.randn(D_MODEL, HIDDEN, device=dev, dtype=torch.bfloat16)
-    products = {
-        "fwd_up": lambda m: x[:m] @ w_up.t(), "fwd_down": lambda m: h[:m] @ w_down.t(),
-        "dgrad_down": lambda m: dy[:m] @ w_down, "dgrad_up": lambda m: dh[:m] @ w_up,
-        "wgrad_down": lambda m: dy[:m].t() @ h[:m], "wgrad_up": lambda m: dh[:m].t() @ x[:m],
-    }
-    x[:2048] @ w_up.t()
+    products = expert_products(D_MODEL, HIDDEN, 17000)
+    products["fwd_up"](2048)
     torch.cuda.synchronize()
     seen: set[tuple[str, int]] = set()
     log: list[list[Any]] = []
@@ -105,15 +106,109 @@ def replay(trace_path: Path, out: Path) -> None:
                          "script": "scripts/measure_gemm_heuristic.py --replay"})
 
 
-def write_log(out: Path, log: list[list[Any]], provenance: dict[str, str]) -> None:
-    """A measured log with where it was taken (the GPU machine's side)."""
+def expert_products(d_model: int, hidden: int, rows_max: int) -> dict[str, Callable[[int], Any]]:
+    """The six bf16 products of one SwiGLU expert's up (or gate) and down projections for
+    ``m`` routed tokens, on the GPU: forward, input gradient (dgrad) and weight gradient
+    (wgrad, reducing over the tokens); :data:`PRODUCT_SHAPES` gives each one's shape."""
     import torch
 
+    def random(*shape: int) -> Any:
+        return torch.randn(*shape, device="cuda", dtype=torch.bfloat16)
+
+    x, h, dy, dh = (random(rows_max, d_model), random(rows_max, hidden),
+                    random(rows_max, d_model), random(rows_max, hidden))
+    w_up, w_down = random(hidden, d_model), random(d_model, hidden)
+    return {
+        "fwd_up": lambda m: x[:m] @ w_up.t(), "fwd_down": lambda m: h[:m] @ w_down.t(),
+        "dgrad_down": lambda m: dy[:m] @ w_down, "dgrad_up": lambda m: dh[:m] @ w_up,
+        "wgrad_down": lambda m: dy[:m].t() @ h[:m], "wgrad_up": lambda m: dh[:m].t() @ x[:m],
+    }
+
+
+PRODUCT_SHAPES: dict[str, tuple[str, Callable[[int, int], tuple[int | None, int | None,
+                                                                  int | None]]]] = {
+    "fwd_up": ("nt", lambda d, h: (None, h, d)), "fwd_down": ("nt", lambda d, h: (None, d, h)),
+    "dgrad_down": ("nn", lambda d, h: (None, h, d)), "dgrad_up": ("nn", lambda d, h: (None, d, h)),
+    "wgrad_down": ("tn", lambda d, h: (d, h, None)), "wgrad_up": ("tn", lambda d, h: (h, d, None)),
+}
+"""Per expert product, its layout and ``(m, n, k)`` as ``intercept.op_costs`` names an ``mm``
+of it (``d_model``, ``hidden`` given), None where the routed tokens go."""
+KERNEL_MAP_CHUNK = 2048
+"""Products per profiler session of ``--kernel-map`` (keeps each trace small)."""
+
+
+def launched_kernels(events: list[dict[str, Any]]) -> list[tuple[str, ...]]:
+    """Per ``aten::mm`` of a Chrome trace with CUDA activity, in order, the names of the kernels
+    it launched (a split reduction launches two): the runtime calls inside the op on its
+    thread, matched to kernels by correlation id."""
+    kernels = {e["args"]["correlation"]: e["name"] for e in events
+               if e.get("ph") == "X" and e.get("cat") == "kernel"}
+    launches = sorted((e["ts"], e["tid"], e["args"].get("correlation")) for e in events
+                      if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver"))
+    starts = [ts for ts, _, _ in launches]
+    ops = sorted((e["ts"], e["ts"] + e["dur"], e["tid"]) for e in events
+                 if e.get("ph") == "X" and e.get("cat") == "cpu_op" and e["name"] == "aten::mm")
+    out = []
+    for begin, end, tid in ops:
+        inside = launches[bisect.bisect_left(starts, begin):bisect.bisect_left(starts, end)]
+        out.append(tuple(kernels[c] for _, t, c in inside if t == tid and c in kernels))
+    return out
+
+
+def record_kernel_map(out: Path, pairs: list[tuple[int, int, int]]) -> None:
+    """The device half of ``--kernel-map`` (module doc)."""
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+
+    names: dict[str, int] = {}
+    products = []
+    for d_model, hidden, rows_max in pairs:
+        for name, product in expert_products(d_model, hidden, rows_max).items():
+            runs: list[list[int]] = []
+            for start in range(1, rows_max + 1, KERNEL_MAP_CHUNK):
+                rows = range(start, min(start + KERNEL_MAP_CHUNK, rows_max + 1))
+                with torch_profile(activities=[ProfilerActivity.CPU,
+                                               ProfilerActivity.CUDA]) as profiler:
+                    for m in rows:
+                        product(m)
+                with tempfile.TemporaryDirectory() as tmp:
+                    trace = Path(tmp) / "trace.json"
+                    profiler.export_chrome_trace(str(trace))
+                    launched = launched_kernels(json.loads(trace.read_text())["traceEvents"])
+                if len(launched) != len(rows):
+                    raise SystemExit(f"--kernel-map: {len(launched)} aten::mm traced for "
+                                     f"{len(rows)} {name} products")
+                for m, kernels in zip(rows, launched, strict=True):
+                    ids = [names.setdefault(kernel, len(names)) for kernel in kernels]
+                    if not runs or runs[-1][1:] != ids:
+                        runs.append([m, *ids])
+            layout, dims = PRODUCT_SHAPES[name]
+            m, n, k = dims(d_model, hidden)
+            products.append({"op": "mm", "dtype": "bf16", "layout": layout, "batch": 1,
+                             "m": m, "n": n, "k": k, "rows_max": rows_max, "runs": runs})
+            print(f"{name} d_model {d_model} hidden {hidden}: {len(runs)} runs, "
+                  f"{len({tuple(r[1:]) for r in runs})} kernel choices", flush=True)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"provenance": {
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
-        "gpu": torch.cuda.get_device_name(), "python": platform.python_version(),
-        "torch": torch.__version__, **provenance}, "calls": log}) + "\n")
+    out.write_text(json.dumps({
+        "provenance": device_provenance({"script": "scripts/measure_gemm_heuristic.py "
+                                                   "--kernel-map"}),
+        "kernels": list(names), "products": products}) + "\n")
+
+
+def write_log(out: Path, log: list[list[Any]], provenance: dict[str, str]) -> None:
+    """A measured log with where it was taken (the GPU machine's side)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"provenance": device_provenance(provenance), "calls": log}) + "\n")
+
+
+def device_provenance(extra: dict[str, str]) -> dict[str, str]:
+    """Where and when a measurement was taken, and by what (the GPU machine's side)."""
+    import torch
+
+    return {"date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
+            "gpu": torch.cuda.get_device_name(), "python": platform.python_version(),
+            "torch": torch.__version__, "cuda": str(torch.version.cuda), **extra}
 
 
 def expert_product(dims: list[list[int]], forward: bool) -> tuple[str, int] | None:
@@ -230,18 +325,52 @@ def fit(logs: list[list[list[Any]]]) -> dict[str, Any]:
             "new_reduction_ns": round(statistics.mean(reduction) * 1000)}
 
 
-def per_step_ms(log: list[list[Any]], costs: dict[str, Any]) -> tuple[list[float], list[float]]:
-    """Per step, the new-output calls' measured extra host ms and the fitted costs' ms."""
-    from intercept.gemm_heuristic import heuristic_from_json
+def shape_of(product: str, rows: int) -> tuple[str, str, str, int, int, int, int]:
+    """The ``intercept.gemm_heuristic`` shape of a logged ``moe-600m`` expert product."""
+    layout, dims = PRODUCT_SHAPES[product]
+    m, n, k = (rows if size is None else size for size in dims(D_MODEL, HIDDEN))
+    return "mm", "bf16", layout, 1, m, n, k
 
-    model = heuristic_from_json({**costs, "reference": "-", "provenance": {}})
+
+def kernel_costs(logs: list[list[list[Any]]], kernel_map: Any) -> dict[str, int]:
+    """``new_shape_ns``: the mean extra host time of a new shape whose kernels the process had
+    launched; ``new_kernel_ns``: how much more a new shape with a kernel new to the process
+    cost, on average (pooled over ``logs``, each call's extra over its own log's repeat cost)."""
+    known, first = [], []
+    for log in logs:
+        same = repeat_us(log)
+        launched: set[int] = set()
+        for name, m, new, us in log:
+            if name != "step" and new and m:
+                kernels = kernel_map.kernels_for(shape_of(name, m))
+                (known if launched.issuperset(kernels) else first).append(us - same)
+                launched.update(kernels)
+    new_shape = statistics.mean(known)
+    return {"new_shape_ns": round(new_shape * 1000),
+            "new_kernel_ns": round((statistics.mean(first) - new_shape) * 1000)}
+
+
+def per_step_ms(log: list[list[Any]], costs: dict[str, Any],
+                kernel_map: Any) -> tuple[list[float], list[float]]:
+    """Per step, the new-shape calls' measured extra host ms and what the simulator's
+    ``GemmShapeCache`` charges for the log's calls with these costs (``kernel_map`` None: the
+    mean-cost model of unmapped products)."""
+    from intercept.gemm_heuristic import GemmShapeCache, heuristic_from_json
+
+    cache = GemmShapeCache(heuristic_from_json({**costs, "reference": "-", "provenance": {}}),
+                           kernel_map)
     same = repeat_us(log)
     real: dict[int, float] = defaultdict(float)
     fitted: dict[int, float] = defaultdict(float)
-    for step, distance, seen, us in new_output_calls(log):
-        real[step] += (us - same) / 1000
-        fitted[step] += model.new_output_ns(distance, seen) / 1e6
-    return [real[s] for s in sorted(real)], [fitted[s] for s in sorted(real)]
+    step = 0
+    for name, m, new, us in log:
+        if name == "step":
+            step += 1
+            continue
+        fitted[step] += cache.first_seen_ns(shape_of(name, m)) / 1e6
+        if new:
+            real[step] += (us - same) / 1000
+    return [real[s] for s in sorted(fitted)], [fitted[s] for s in sorted(fitted)]
 
 
 def median_error_pct(real: list[float], fitted: list[float]) -> float:
@@ -257,9 +386,16 @@ def main() -> None:
                         help="on a GPU: profile the training script after '--' into this log")
     parser.add_argument("--replay", type=Path, help="on a GPU: replay this routing trace")
     parser.add_argument("--out", type=Path, help="with --replay: the log to write")
+    parser.add_argument("--kernel-map", type=Path,
+                        help="on a GPU: record the kernels cuBLAS picks per row count into this")
+    parser.add_argument("--pair", type=int, nargs=3, action="append",
+                        metavar=("D_MODEL", "HIDDEN", "ROWS_MAX"),
+                        help="with --kernel-map: an expert's sizes and the most rows to map")
     parser.add_argument("--fit", type=Path, nargs="+", help="fit on these logs, pooled")
     parser.add_argument("--check", type=Path, nargs="*", default=[],
                         help="with --fit: logs to check the fit on")
+    parser.add_argument("--gpu", default="h100",
+                        help="with --fit: the catalogue GPU the logs ran on (its kernel map)")
     parser.add_argument("--reference", default="h100-host",
                         help="the simulation.host_cpu reference host the logs were taken on")
     parser.add_argument("--write", action="store_true",
@@ -277,21 +413,34 @@ def main() -> None:
             parser.error("--replay needs --out")
         replay(args.replay, args.out)
         return
+    if args.kernel_map:
+        pairs = args.pair or [[D_MODEL, HIDDEN, 16384]]
+        record_kernel_map(args.kernel_map, [(d_model, hidden, rows)
+                                            for d_model, hidden, rows in pairs])
+        return
     if not args.fit:
-        parser.error("give --profile or --replay (on a GPU machine), or --fit")
+        parser.error("give --profile, --replay or --kernel-map (on a GPU machine), or --fit")
     sys.path.insert(0, str(REPO))
+    from intercept.gemm_heuristic import load_kernel_map
+
+    shipped_map = load_kernel_map(args.gpu)
+    if shipped_map is None:
+        parser.error(f"--gpu {args.gpu}: no kernel map shipped; measure one with --kernel-map")
     logs = {path: json.loads(path.read_text()) for path in [*args.fit, *args.check]}
-    costs = fit([logs[path]["calls"] for path in args.fit])
+    fitted_on = [logs[path]["calls"] for path in args.fit]
+    costs = {**fit(fitted_on), **kernel_costs(fitted_on, shipped_map)}
     print(json.dumps(costs))
     checks = {}
     for path, record in logs.items():
-        real, fitted = per_step_ms(record["calls"], costs)
-        error = median_error_pct(real, fitted)
         role = "fit" if path in args.fit else "check"
-        checks[path.name] = {"role": role, "median_error_pct_steps_3_on": round(error, 1)}
-        print(f"{path.name} ({role}): new-shape host ms per step, measured / fitted; median of "
-              f"steps 3.. {error:+.1f}%")
-        print("  " + "  ".join(f"{r:.0f}/{f:.0f}" for r, f in zip(real, fitted, strict=True)))
+        checks[path.name] = {"role": role}
+        for model, mapped in (("kernel_map", shipped_map), ("mean_cost", None)):
+            real, fitted = per_step_ms(record["calls"], costs, mapped)
+            error = median_error_pct(real, fitted)
+            checks[path.name][f"{model}_error_pct"] = round(error, 1)
+            print(f"{path.name} ({role}, {model}): new-shape host ms per step, measured / "
+                  f"fitted; median of steps 3.. {error:+.1f}%")
+            print("  " + "  ".join(f"{r:.0f}/{f:.0f}" for r, f in zip(real, fitted, strict=True)))
     if args.write:
         target = REPO / "phantora" / "calibration" / "data" / "gemm_heuristic.json"
         provenance = {"fit_on": [path.name for path in args.fit], "logs": checks,

@@ -43,10 +43,26 @@ GEMM_HEURISTIC = Table(DATA_DIR / "gemm_heuristic.json", Source(
     date="2026-11-26",
     gpu="NVIDIA H100 80GB HBM3 (lent nvidia-h100-x1; 16 vCPUs of an Intel Xeon)",
     nccl="n/a (one GPU)", torch="2.11.0+cu130",
-    how="scripts/measure_gemm_heuristic.py --fit: least squares over the new-shape expert "
-        "products of four profiled moe-600m training runs at batch 4, pooled; checked on four "
-        "at batch 8 and on replays of recorded routing traces"))
-"""Host cost of a cuBLAS product of a shape new to the process (``intercept.gemm_heuristic``)."""
+    how="scripts/measure_gemm_heuristic.py --fit on four profiled moe-600m training runs at "
+        "batch 4, pooled: mean extra of a new shape, and of one with a kernel new to the process "
+        "(by the H100 kernel map); for unmapped products least squares by distance and age; "
+        "checked on four runs at batch 8 and on replays of recorded routing traces"))
+"""Host cost of a cuBLAS product of a shape new to the process, and of a kernel new to it
+(``intercept.gemm_heuristic``)."""
+
+CUBLAS_KERNEL_MAPS: Mapping[str, Table] = MappingProxyType({
+    "h100": Table(DATA_DIR / "cublas_kernels_h100.json", Source(
+        file="phantora/calibration/data/cublas_kernels_h100.json (as measured; its provenance "
+             "block)",
+        date="2026-11-27",
+        gpu="NVIDIA H100 80GB HBM3 (lent nvidia-h100-x1)",
+        nccl=NO_NCCL, torch="2.11.0+cu130 (cuBLAS 13.1)",
+        how="scripts/measure_gemm_heuristic.py --kernel-map: every routed-token count 1..16384 "
+            "of the moe-600m experts' six products and 1..1024 of the moe-tiny ones, in order, "
+            "under the PyTorch profiler; the kernels each aten::mm launched")),
+})
+"""The kernels cuBLAS launches per routed-token count of MoE expert products, by catalogue GPU
+key (``intercept.gemm_heuristic``)."""
 
 PYTHON_WORK = Table(DATA_DIR / "python_work.json", Source(
     file="scripts/data/python_work/python_work_h100_1.json, scripts/data/python_work/"
