@@ -143,8 +143,9 @@ def launched_kernels(events: list[dict[str, Any]]) -> list[tuple[str, ...]]:
     thread, matched to kernels by correlation id."""
     kernels = {e["args"]["correlation"]: e["name"] for e in events
                if e.get("ph") == "X" and e.get("cat") == "kernel"}
-    launches = sorted((e["ts"], e["tid"], e["args"].get("correlation")) for e in events
-                      if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver"))
+    launches = sorted(((e["ts"], e["tid"], e["args"].get("correlation")) for e in events
+                       if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver")),
+                      key=lambda launch: launch[0])
     starts = [ts for ts, _, _ in launches]
     ops = sorted((e["ts"], e["ts"] + e["dur"], e["tid"]) for e in events
                  if e.get("ph") == "X" and e.get("cat") == "cpu_op" and e["name"] == "aten::mm")
