@@ -266,10 +266,14 @@ def test_collectives_of_a_torch_script_reach_the_coordinator(tmp_path: Path) -> 
 
 
 def test_ctrl_c_in_the_coordinator_stops_and_reaps_everything(tmp_path: Path) -> None:
+    """The coordinator takes Ctrl-C as an interactive run does, even where this test runs as a
+    background job of a shell without job control (which starts it with SIGINT ignored)."""
     script = write_script(tmp_path, "import time\nwhile True: time.sleep(1)\n")
     coordinator = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(f"""
+            import signal
             import time
+            signal.signal(signal.SIGINT, signal.default_int_handler)
             from intercept.launcher import Launcher
             from phantora.cluster.catalogue import lookup_gpu
             with Launcher({str(script)!r}, [], {{}}, 2, 2, lookup_gpu("h100"),
