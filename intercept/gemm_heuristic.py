@@ -197,6 +197,19 @@ def load_kernel_map(gpu: str) -> KernelMap | None:
     return None if table is None else kernel_map_from_json(gpu, json.loads(table.path.read_text()))
 
 
+class LaunchedKernels:
+    """The kernels (:attr:`KernelMap.kernels` indices) one process has launched."""
+
+    def __init__(self) -> None:
+        self._launched: set[int] = set()
+
+    def launch(self, kernels: tuple[int, ...]) -> bool:
+        """Whether one of ``kernels`` is new to the process; all are launched afterwards."""
+        new = not self._launched.issuperset(kernels)
+        self._launched.update(kernels)
+        return new
+
+
 class GemmShapeCache:
     """The matrix-product shapes and kernels one process has run: :meth:`first_seen_ns` is the
     extra host cost of a product (see the module doc). Outputs and whole shapes are each
@@ -210,7 +223,7 @@ class GemmShapeCache:
         self._capacity = capacity
         self._shapes: OrderedDict[GemmShape, None] = OrderedDict()
         self._outputs: OrderedDict[GemmShape, None] = OrderedDict()
-        self._kernels: set[int] = set()
+        self._kernels = LaunchedKernels()
         self._rows = ProductRows()
 
     def first_seen_ns(self, shape: GemmShape) -> int:
@@ -225,10 +238,8 @@ class GemmShapeCache:
             return 0
         kernels = None if self._kernel_map is None else self._kernel_map.kernels_for(shape)
         if kernels is not None:
-            new_kernel = not self._kernels.issuperset(kernels)
-            self._kernels.update(kernels)
-            return self._heuristic.new_shape_ns + (self._heuristic.new_kernel_ns if new_kernel
-                                                   else 0)
+            return self._heuristic.new_shape_ns + (self._heuristic.new_kernel_ns
+                                                   if self._kernels.launch(kernels) else 0)
         if seen_output:
             return self._heuristic.new_reduction_ns
         op, dtype, layout, batch, m, n, k = shape

@@ -297,7 +297,8 @@ class _ForkServer:
         """rank -> connection fd, for ranks not forked yet."""
 
     def prepare(self) -> None:
-        """Once for all ranks: the fake device, the process-group backend, the compute model."""
+        """Once for all ranks: the fake device, the process-group backend, the compute model,
+        the cuBLAS kernel map."""
         if not self.spec.fake_device:
             return
         from intercept import device
@@ -307,10 +308,12 @@ class _ForkServer:
         import torch._dynamo  # noqa: F401
 
         from intercept import c10d_host, process_group
+        from intercept.gemm_heuristic import load_kernel_map
         from phantora.compute import ComputeModel
         self.patches.enter_context(process_group.installed())  # closed never: for good
         self.patches.enter_context(c10d_host.excluded_calls())
         self.kernel_cost = ComputeModel.for_gpu(self.spec.gpu).cost
+        load_kernel_map(self.spec.gpu.name)  # cached: the ranks fork with it parsed
 
     def spawn(self, rank: int) -> None:
         sys.stdout.flush()

@@ -337,15 +337,16 @@ def kernel_costs(logs: list[list[list[Any]]], kernel_map: Any) -> dict[str, int]
     """``new_shape_ns``: the mean extra host time of a new shape whose kernels the process had
     launched; ``new_kernel_ns``: how much more a new shape with a kernel new to the process
     cost, on average (pooled over ``logs``, each call's extra over its own log's repeat cost)."""
+    from intercept.gemm_heuristic import LaunchedKernels
+
     known, first = [], []
     for log in logs:
         same = repeat_us(log)
-        launched: set[int] = set()
+        launched = LaunchedKernels()
         for name, m, new, us in log:
             if name != "step" and new and m:
                 kernels = kernel_map.kernels_for(shape_of(name, m))
-                (known if launched.issuperset(kernels) else first).append(us - same)
-                launched.update(kernels)
+                (first if launched.launch(kernels) else known).append(us - same)
     new_shape = statistics.mean(known)
     return {"new_shape_ns": round(new_shape * 1000),
             "new_kernel_ns": round((statistics.mean(first) - new_shape) * 1000)}
