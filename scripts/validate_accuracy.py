@@ -118,8 +118,10 @@ class Case:
     """``allocated`` (max_memory_allocated) or ``reserved`` (max_memory_reserved)."""
     source: str
     session_ms: tuple[float, ...] = ()
-    """Each measuring session's median step (one lent host instance each): host-bound runs
-    differ by up to 2x between instances of the same machine kind."""
+    """Each measuring session's median step: host-bound runs differ by up to 2x between
+    sessions, on one lent host instance or several."""
+    session_hosts: tuple[str, ...] = ()
+    """The host instance of each session (:func:`host_instance`), in ``session_ms``'s order."""
 
 
 @dataclass(frozen=True)
@@ -136,16 +138,32 @@ class Outcome:
 
 
 STEADY_SPAN = 0.05
-"""A workload is *steady across hosts* when it was measured on at least two lent host instances
-and their median steps span at most this share of the lowest: its step does not move with the
-host CPU, which differs up to 2x between instances, so it is GPU-bound by measurement."""
+"""A workload is *steady across hosts* when it was measured on at least two lent host
+instances (:func:`host_instance`) and its session medians span at most this share of the
+lowest: its step does not move with the host CPU, which differs up to 2x between instances, so
+it is GPU-bound by measurement."""
 
 
 def steady_across_hosts(case: Case) -> bool:
     """See :data:`STEADY_SPAN`: the cases whose accuracy does not hang on the host-time model
-    (``--steady``, and the bounds CI checks in ``tests/integration/test_accuracy_bounds.py``)."""
+    (``--steady``, and the bounds CI checks in ``tests/integration/test_accuracy_bounds.py``).
+    Sessions on one instance do not count twice: a host-bound run can be steady there while
+    its host's speed holds."""
     spans = case.session_ms
-    return len(spans) >= 2 and max(spans) <= min(spans) * (1 + STEADY_SPAN)
+    return (len(set(case.session_hosts)) >= 2
+            and max(spans) <= min(spans) * (1 + STEADY_SPAN))
+
+
+def host_instance(log: Path) -> str:
+    """The lent host instance a session log ran on: the GPU UUIDs its env log
+    (``<machine>_env[.<session>].log``, :func:`measure_steps.write_env`) records, or the log's
+    own path where there is none (a session of its own)."""
+    machine, _, rest = log.name.partition("_")
+    parts = rest.split(".")
+    session = "." + parts[1] if len(parts) == 3 else ""
+    env = log.with_name(f"{machine}_env{session}.log")
+    uuids = re.findall(r"GPU UUID\s*:\s*(\S+)", env.read_text()) if env.exists() else []
+    return ",".join(sorted(uuids)) or str(log)
 
 
 def cluster_of(machine: str) -> dict[str, Any]:
@@ -213,11 +231,12 @@ def measured_cases(root: Path = STEPS_DIR) -> list[Case]:
         source = ", ".join(str(path.relative_to(REPO) if path.is_relative_to(REPO) else path)
                            for _, path in sessions)
         medians = tuple(session.median_ms for session, _ in sessions)
+        hosts = tuple(host_instance(path) for _, path in sessions)
         peaks = [session.peak_gib for session, _ in sessions if session.peak_gib is not None]
         cases.append(Case(scenario["name"], run.machine, scenario,
                           ACCURACY_DIR / f"{scenario['name']}.yaml", statistics.median(medians),
                           statistics.median(peaks) if peaks else None, "allocated", source,
-                          medians))
+                          medians, hosts))
     return cases
 
 

@@ -397,3 +397,26 @@ def test_sessions_of_one_workload_make_one_case(tmp_path: Path) -> None:
     assert case.measured_gib == pytest.approx(9.2)
     table = va.report([(case, va.Outcome(33.0, 9.2, 1.0, []))])
     assert "27.0-40.0" in table and "within the measured sessions' range: 1 of 1" in table
+
+
+def test_steady_needs_sessions_on_two_host_instances(tmp_path: Path) -> None:
+    """Close session medians make a workload steady only where the sessions' env logs name
+    two host instances (GPU UUIDs): on one instance a host-bound run can be steady too."""
+    import validate_accuracy as va
+
+    machine = tmp_path / "h200x1"
+    machine.mkdir()
+    command = "python3 /x/scenarios/examples/moe_ep.py --steps 4"
+    for session, uuid in ((".s1", "GPU-a"), (".s2", "GPU-a"), (".s3", "GPU-b")):
+        (machine / f"h200x1_moe_ep{session}.log").write_text(
+            step_log(command, "moe", [500.0, 60.0, 100.0, 100.0], 1.0))
+        (machine / f"h200x1_env{session}.log").write_text(f"    GPU UUID : {uuid}\n")
+    (case,) = va.measured_cases(tmp_path)
+    assert case.session_hosts == ("GPU-a", "GPU-a", "GPU-b")
+    assert va.steady_across_hosts(case)
+    one_host = va.replace(case, session_ms=case.session_ms[:2],
+                          session_hosts=case.session_hosts[:2])
+    assert not va.steady_across_hosts(one_host)
+    (machine / "h200x1_env.s3.log").unlink()
+    (case,) = va.measured_cases(tmp_path)
+    assert case.session_hosts[2] == str(machine / "h200x1_moe_ep.s3.log")
