@@ -257,12 +257,18 @@ def suite(name: str, nproc: int = DEFAULT_DIST_NPROC) -> list[Run]:
     raise ValueError(f"unknown suite {name!r}")
 
 
+def env_log_name(machine: str, session: str = "") -> str:
+    """The env log's file name: ``<machine>_env.log``, renamed ``<machine>_env.<session>.log``
+    beside a measuring session's ``<machine>_<script>.<session>.log``."""
+    return f"{machine}_env{'.' + session if session else ''}.log"
+
+
 def write_env(out: Path, machine: str) -> None:
     """Record the GPU, driver, topology and torch version next to the logs."""
     probes = ["nvidia-smi -q | head -40", "nvidia-smi topo -m",
               f"{shlex.quote(sys.executable)} -c 'import torch; print(torch.__version__, "
               "torch.version.cuda, torch.cuda.nccl.version(), torch.cuda.device_count())'"]
-    with open(out / f"{machine}_env.log", "w") as log:
+    with open(out / env_log_name(machine), "w") as log:
         for probe in probes:
             log.write(f"=== {probe}\n")
             log.flush()

@@ -156,12 +156,11 @@ def steady_across_hosts(case: Case) -> bool:
 
 def host_instance(log: Path) -> str:
     """The lent host instance a session log ran on: the GPU UUIDs its env log
-    (``<machine>_env[.<session>].log``, :func:`measure_steps.write_env`) records, or the log's
-    own path where there is none (a session of its own)."""
+    (:func:`measure_steps.env_log_name`) records, or the log's own path where there is none (a
+    session of its own)."""
     machine, _, rest = log.name.partition("_")
     parts = rest.split(".")
-    session = "." + parts[1] if len(parts) == 3 else ""
-    env = log.with_name(f"{machine}_env{session}.log")
+    env = log.with_name(measure_steps.env_log_name(machine, parts[1] if len(parts) == 3 else ""))
     uuids = re.findall(r"GPU UUID\s*:\s*(\S+)", env.read_text()) if env.exists() else []
     return ",".join(sorted(uuids)) or str(log)
 

@@ -50,9 +50,9 @@ HOST_BOUND_STEP_BOUNDS = (11.3, 36.4)
 case's name: a tiny GPT single, DDP, FSDP2 and TP, the tiny MoE on H100 and on H200 replaying
 their runs' routing traces) with counted host time, the default; deterministic on one rank, so
 one simulation each (the README's mean is 11.2%; the bound leaves 0.1 point for the two-rank
-runs, which move by tenths of a point between runs). The max is the tiny GPT on 1xH100 (+36.4%: its three stored
-sessions span 9.5-13.8 ms, a fourth host that day ran it at 16.8 ms); next is the tiny FSDP2
-(+15.0%)."""
+runs, which move by tenths of a point between runs). The max is the tiny GPT on 1xH100
+(+36.4%: its three stored sessions span 9.5-13.8 ms, a fourth host that day ran it at 16.8
+ms); next is the tiny FSDP2 (+15.0%)."""
 
 
 def _rounded_up(value: float) -> float:
