@@ -6,6 +6,7 @@ temporary folder, and only a few collectives are simulated (milliseconds each).
 
 import argparse
 import csv
+import json
 import os
 import sys
 import tarfile
@@ -420,3 +421,34 @@ def test_steady_needs_sessions_on_two_host_instances(tmp_path: Path) -> None:
     (machine / "h200x1_env.s3.log").unlink()
     (case,) = va.measured_cases(tmp_path)
     assert case.session_hosts[2] == str(machine / "h200x1_moe_ep.s3.log")
+
+
+# --- the MoE step's host phases (measure_moe_phases.py) ----------------------------------------
+
+
+def test_phase_records_split_into_runs_and_tabulate(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every stored phase record parses into runs with steady steps; its table has one row per
+    run, its step longer than any one phase."""
+    import measure_moe_phases as mp
+
+    records = sorted((ROOT / "scripts" / "data" / "host_phases").glob("*.txt"))
+    assert records
+    runs = {name: steps for path in records for name, steps in mp.runs_of(path).items()}
+    assert len(runs) >= 3 and all(len(steps) >= mp.FIRST_STEADY_STEP + 1
+                                  for steps in runs.values())
+    mp.table(records)
+    rows = capsys.readouterr().out.splitlines()[1:]
+    assert len(rows) == len(runs)
+    *phases, step = (float(v) for v in rows[0].split()[-len(mp.PHASES) - 1:])
+    assert 0 < max(phases) < step
+
+
+def test_phase_table_refuses_a_run_without_steady_steps(tmp_path: Path) -> None:
+    import measure_moe_phases as mp
+
+    record = tmp_path / "short.txt"
+    phases = {name: 1.0 for name in mp.PHASES}
+    record.write_text("# run a: --batch-size 4\n"
+                      + "".join(f"PHASES {json.dumps({'step': i, **phases})}\n" for i in range(2)))
+    with pytest.raises(SystemExit, match="short.txt, short a: no step"):
+        mp.table([record])
