@@ -175,8 +175,9 @@ def tp_model(nproc: int) -> str | None:
 def suite(name: str, nproc: int = DEFAULT_DIST_NPROC) -> list[Run]:
     """Runs of a suite: ``single``, ``llama``, ``families`` (one GPU: compiled LMs beside
     their eager selves, ResNet-50, ViT-B/16, a mixture of experts), ``dist``, ``dist-more``,
-    ``frameworks`` (``nproc`` GPUs, torchrun; DeepSpeed and Megatron-core installed) or
-    ``profile`` (one GPU, under the profiler)."""
+    ``frameworks`` (``nproc`` GPUs, torchrun; DeepSpeed and Megatron-core installed),
+    ``values`` (``nproc`` GPUs: expert-parallel MoE, pipeline-parallel Llama) or ``profile``
+    (one GPU, under the profiler)."""
     if name == "single":
         return [Run("gpt2-124m-b8", "gpt_single.py", (*GPT2_124M, "--batch-size", "8")),
                 Run("gpt2-124m-b16", "gpt_single.py", (*GPT2_124M, "--batch-size", "16")),
@@ -250,6 +251,18 @@ def suite(name: str, nproc: int = DEFAULT_DIST_NPROC) -> list[Run]:
                          (*megatron, *flags), nproc=nproc, env=MEGATRON_ENV)
                      for suffix, flags in (("", ()), ("-sp", ("--sequence-parallel",)))]
         return runs
+    if name == "values":
+        # issue 13's scripts at realistic sizes: expert parallel (experts split over the
+        # ranks, variable all_to_all) and pipeline parallel (one stage per rank)
+        moe = ("--model", "moe-600m", *LLAMA_SEQ_2048, "--batch-size", "4")
+        runs = [Run("ep-moe-600m-b4-balanced", "moe_ep.py", (*moe, "--routing", "balanced"),
+                    nproc=nproc)] if 8 % nproc == 0 else []
+        # Llama 3 8B's width at 8 layers (llama-1b ties its embeddings, which stages cannot)
+        pp = ("--model", "llama3-8b", "--n-layer", "8", *LLAMA_SEQ_2048, "--batch-size", "2",
+              "--microbatches", "8")
+        return runs + [Run(f"pp-{schedule}-llama3-8b-8l-b2-m8", "llama_pp.py",
+                           (*pp, "--schedule", schedule), nproc=nproc)
+                       for schedule in ("1f1b", "gpipe")]
     if name == "profile":
         return [Run(f"{PROFILE_PREFIX}llama-1b-b4", "gpt_single.py",
                     ("--model", "llama-1b", *LLAMA_SEQ_2048[:2], "--steps", "4",
