@@ -1,19 +1,24 @@
-"""Where a single-GPU MoE step's host time goes: the host's time per phase of the step, on a real
-GPU or in the simulator, to compare them phase by phase.
+"""Where an MoE training step's host time goes: the host's time per phase of the step, on real
+GPUs or in the simulator, to compare them phase by phase.
 
-The step is ``moe_ep.py``'s (``scenarios/examples/``) on one process: batch to the GPU,
-forward, backward, gradient clipping over experts and dense parameters, optimizer step,
-``zero_grad``, and the wait for the GPU at the end. A phase's time is ``time.perf_counter``
-around it with no synchronisation, so where the step is host-bound it is the host's time for
-that phase; under the simulator the script's clock is the virtual one, and each step also
-reports the Python lines and calls the simulator counted per phase (``intercept.shim``).
-Step 1 also reports the autograd graph's node count. One JSON line per step, ``PHASES {...}``.
+The step is ``moe_ep.py``'s (``scenarios/examples/``), in one process or under torchrun with
+the experts split over the ranks: batch to the GPU, forward, backward, the dense gradients'
+all-reduce (several ranks), gradient clipping over experts and dense parameters, optimizer
+step, ``zero_grad``, and the wait for the GPU at the end. A phase's time is
+``time.perf_counter`` around it with no synchronisation, so where the step is host-bound it is
+the host's time for that phase; under the simulator the script's clock is the virtual one, and
+each step also reports the Python lines and calls the simulator counted per phase
+(``intercept.shim``). Step 1 also reports the autograd graph's node count. Rank 0 prints one
+JSON line per step, ``PHASES {...}``; ``--profile`` adds ``torch.profiler``'s per-op table of
+its last two steps.
 
     M="--model moe-600m --seq-len 2048 --steps 10 --num-workers 0 --batch-size 4"
     # on the GPU machine (records under scripts/data/host_phases/)
     python3 scripts/measure_moe_phases.py $M --routing balanced
-    # here: the same under the simulator (an H100 host of one GPU)
+    torchrun --nproc_per_node 2 scripts/measure_moe_phases.py $M --routing balanced
+    # here: the same under the simulator (H100 hosts)
     python3 scripts/measure_moe_phases.py $M --routing balanced --simulate h100
+    python3 scripts/measure_moe_phases.py $M --routing balanced --simulate h100 --nproc 2
     # a table of phase medians (steps 4..) per run of each record
     python3 scripts/measure_moe_phases.py --table scripts/data/host_phases/*.txt
 """
@@ -29,7 +34,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "scenarios" / "examples"
-PHASES = ("data", "fwd", "bwd", "clip", "opt", "zero", "sync")
+PHASES = ("data", "fwd", "bwd", "grads", "clip", "opt", "zero", "sync")
+"""``grads``: the dense gradients' all-reduce over the ranks (expert parallel only)."""
+PROFILED_STEPS = 2
 FIRST_STEADY_STEP = 3
 """Steps before this one (0-based) warm up and are left out of ``--table``."""
 
@@ -57,24 +64,29 @@ def work_counter() -> Callable[[], tuple[int, int]]:
 
 
 def run_steps(args: argparse.Namespace) -> None:
-    """Train ``args.steps`` steps, printing each one's phases."""
+    """Train ``args.steps`` steps (one process, or every rank under torchrun: experts split over
+    the ranks), rank 0 printing each step's phases."""
     sys.path.insert(0, str(EXAMPLES))
     import torch
-    from moe_ep import moe_config
+    from moe_ep import average_dense_gradients, moe_config
     from moe_model import ExpertParallel, MoELlama
-    from train_utils import (clip_grad_norm_across, compute_dtype, init_single, make_loader,
-                             make_optimizer)
+    from train_utils import (clip_grad_norm_across, close_distributed, compute_dtype,
+                             init_launch, make_loader, make_optimizer)
 
-    launch = init_single()
+    launch = init_launch()
     torch.manual_seed(args.seed)
     torch.set_float32_matmul_precision("high")
     config = moe_config(args)
-    model = MoELlama(config, ExpertParallel(), args.routing).to(launch.device)
+    model = MoELlama(config, ExpertParallel(launch.rank, launch.world_size),
+                     args.routing).to(launch.device)
     optimizer = make_optimizer(model, args)
-    batches = iter(make_loader(args, config, launch, dp_rank=0, dp_size=1))
+    batches = iter(make_loader(args, config, launch, dp_rank=launch.rank,
+                               dp_size=launch.world_size))
     dtype = compute_dtype(args, launch.device)
     counts = work_counter()
+    profiled = profiler(args.profile if launch.is_main else None, args.steps)
     for step in range(args.steps):
+        profiled.step(step)
         marks = [(time.perf_counter(), counts())]
 
         def mark() -> None:
@@ -88,6 +100,9 @@ def run_steps(args: argparse.Namespace) -> None:
         nodes = node_count(loss) if step == 0 else None
         marks[-1] = (time.perf_counter(), counts())  # the count is not the step's
         loss.backward()
+        mark()
+        if launch.world_size > 1:
+            average_dense_gradients(model, launch.world_size)
         mark()
         clip_grad_norm_across(model.expert_parameters(), model.dense_parameters(), args.grad_clip)
         mark()
@@ -105,11 +120,42 @@ def run_steps(args: argparse.Namespace) -> None:
         record["calls"] = [end[1][1] - start[1][1] for start, end in zip(marks, marks[1:])]
         if nodes is not None:
             record["nodes"] = nodes
-        print("PHASES " + json.dumps(record), flush=True)
+        if launch.is_main:
+            print("PHASES " + json.dumps(record), flush=True)
+    profiled.step(args.steps)
+    if launch.world_size > 1:
+        close_distributed()
 
 
-def simulate(argv: list[str], gpu: str) -> None:
-    """Run this script with ``argv`` under the simulator, one GPU of ``gpu``; print its lines."""
+class profiler:
+    """``torch.profiler`` over the last :data:`PROFILED_STEPS` steps, its per-op table written to
+    ``path`` as JSON (nothing where ``path`` is None)."""
+
+    def __init__(self, path: Path | None, steps: int) -> None:
+        self.path, self.first = path, steps - PROFILED_STEPS
+        self.active: object = None
+
+    def step(self, step: int) -> None:
+        """Called before each step, and once after the last."""
+        if self.path is None:
+            return
+        from torch.profiler import ProfilerActivity, profile
+
+        if step == self.first:
+            self.active = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+            self.active.__enter__()  # type: ignore[attr-defined]
+        elif step == self.first + PROFILED_STEPS and self.active is not None:
+            self.active.__exit__(None, None, None)  # type: ignore[attr-defined]
+            rows = [{"name": e.key, "count": e.count, "cpu_us": e.cpu_time_total,
+                     "self_cpu_us": e.self_cpu_time_total,
+                     "self_device_us": e.self_device_time_total}
+                    for e in self.active.key_averages()]  # type: ignore[attr-defined]
+            self.path.write_text(json.dumps({"steps": PROFILED_STEPS, "ops": rows}) + "\n")
+
+
+def simulate(argv: list[str], gpu: str, nproc: int) -> None:
+    """Run this script with ``argv`` under the simulator on ``nproc`` GPUs of ``gpu`` (one
+    host); print rank 0's lines."""
     import yaml
     from rich.console import Console
 
@@ -118,9 +164,9 @@ def simulate(argv: list[str], gpu: str) -> None:
 
     out = REPO / "out" / "moe_phases"
     out.mkdir(parents=True, exist_ok=True)
-    spec = {"name": "moe-phases", "cluster": {"gpu": gpu, "hosts": 1, "gpus_per_host": 1},
+    spec = {"name": "moe-phases", "cluster": {"gpu": gpu, "hosts": 1, "gpus_per_host": nproc},
             "workload": {"script": str(Path(__file__).resolve()), "args": argv,
-                         "nproc_per_node": 1, "env": {"OMP_NUM_THREADS": "1"}}}
+                         "nproc_per_node": nproc, "env": {"OMP_NUM_THREADS": "1"}}}
     path = out / "scenario.yaml"
     path.write_text(yaml.safe_dump(spec))
     run_scenario(parse_scenario(spec, str(path)), out / "run", Console(stderr=True, quiet=True))
@@ -150,8 +196,8 @@ def table(paths: list[Path]) -> None:
             steady = [s for s in steps if s["step"] >= FIRST_STEADY_STEP]
             if not steady:
                 raise SystemExit(f"{path}, {name}: no step {FIRST_STEADY_STEP + 1} or later")
-            medians = [statistics.median(s[p] for s in steady) for p in PHASES]
-            total = statistics.median(sum(s[p] for p in PHASES) for s in steady)
+            medians = [statistics.median(s.get(p, 0.0) for s in steady) for p in PHASES]
+            total = statistics.median(sum(s.get(p, 0.0) for p in PHASES) for s in steady)
             print(f"{name:32s} " + " ".join(f"{m:6.2f}" for m in medians) + f" {total:7.2f}")
 
 
@@ -165,6 +211,10 @@ def main() -> None:
     parser.add_argument("--n-experts", type=int, help="experts per layer (preset: 8)")
     parser.add_argument("--top-k", type=int, help="experts per token (preset: 2)")
     parser.add_argument("--simulate", metavar="GPU", help="run under the simulator (h100, h200)")
+    parser.add_argument("--nproc", type=int, default=1,
+                        help="with --simulate: ranks (GPUs of one host), experts split over them")
+    parser.add_argument("--profile", type=Path, metavar="JSON",
+                        help="rank 0: torch.profiler's per-op table of the last two steps")
     parser.add_argument("--table", type=Path, nargs="+", metavar="RECORD",
                         help="summarise records of PHASES lines instead of running")
     argv = sys.argv[1:]
@@ -172,9 +222,10 @@ def main() -> None:
     if args.table:
         table(args.table)
     elif args.simulate:
+        own = ("--simulate", "--nproc")
         without = [a for i, a in enumerate(argv)
-                   if a != "--simulate" and (i == 0 or argv[i - 1] != "--simulate")]
-        simulate(without, args.simulate)
+                   if a not in own and (i == 0 or argv[i - 1] not in own)]
+        simulate(without, args.simulate, args.nproc)
     else:
         run_steps(args)
 
