@@ -9,8 +9,9 @@ step, ``zero_grad``, and the wait for the GPU at the end. A phase's time is
 the host's time for that phase; under the simulator the script's clock is the virtual one, and
 each step also reports the Python lines and calls the simulator counted per phase
 (``intercept.shim``). Step 1 also reports the autograd graph's node count. Rank 0 prints one
-JSON line per step, ``PHASES {...}``; ``--profile`` adds ``torch.profiler``'s per-op table of
-its last two steps.
+JSON line per step, ``PHASES {...}`` (``--all-ranks``: every rank); ``--profile`` adds
+``torch.profiler``'s per-op table of its last two steps, ``--host-speed`` each rank's host-speed
+benchmark before and after its steps (``SPEED {...}``).
 
     M="--model moe-600m --seq-len 2048 --steps 10 --num-workers 0 --batch-size 4"
     # on the GPU machine (records under scripts/data/host_phases/)
@@ -24,8 +25,11 @@ its last two steps.
 """
 
 import argparse
+import gzip
 import json
 import os
+import re
+import shutil
 import statistics
 import sys
 import time
@@ -33,10 +37,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # intercept's host-speed benchmark, from anywhere
 EXAMPLES = REPO / "scenarios" / "examples"
 PHASES = ("data", "fwd", "bwd", "grads", "clip", "opt", "zero", "sync")
 """``grads``: the dense gradients' all-reduce over the ranks (expert parallel only)."""
 PROFILED_STEPS = 2
+PHASES_LINE = re.compile(r"PHASES (\{[^{}]*\})")
 FIRST_STEADY_STEP = 3
 """Steps before this one (0-based) warm up and are left out of ``--table``."""
 
@@ -84,6 +90,8 @@ def run_steps(args: argparse.Namespace) -> None:
                                dp_size=launch.world_size))
     dtype = compute_dtype(args, launch.device)
     counts = work_counter()
+    if args.host_speed:
+        print_host_speed(launch.rank, "before")
     profiled = profiler(args.profile if launch.is_main else None, args.steps)
     for step in range(args.steps):
         profiled.step(step)
@@ -120,16 +128,34 @@ def run_steps(args: argparse.Namespace) -> None:
         record["calls"] = [end[1][1] - start[1][1] for start, end in zip(marks, marks[1:])]
         if nodes is not None:
             record["nodes"] = nodes
-        if launch.is_main:
-            print("PHASES " + json.dumps(record), flush=True)
+        if launch.is_main or args.all_ranks:
+            emit("PHASES", {"rank": launch.rank, **record})
     profiled.step(args.steps)
+    if args.host_speed:
+        print_host_speed(launch.rank, "after")
     if launch.world_size > 1:
         close_distributed()
 
 
+def print_host_speed(rank: int, when: str) -> None:
+    """The host-speed benchmark's total on this rank's thread (``intercept.host_benchmark``;
+    the ``h100-host`` reference reads 5.13 ms), ``SPEED {...}``."""
+    from intercept import host_benchmark
+
+    total_ns = sum(host_benchmark.measure().values())
+    emit("SPEED", {"rank": rank, "when": when, "ms": round(total_ns / 1e6, 3)})
+
+
+def emit(tag: str, record: dict[str, object]) -> None:
+    """One line ``TAG {json}``, written whole (ranks share the output)."""
+    sys.stdout.write(f"{tag} {json.dumps(record)}\n")
+    sys.stdout.flush()
+
+
 class profiler:
     """``torch.profiler`` over the last :data:`PROFILED_STEPS` steps, its per-op table written to
-    ``path`` as JSON (nothing where ``path`` is None)."""
+    ``path`` as JSON and its timeline beside it (``<stem>.trace.json.gz``, Chrome trace format);
+    nothing where ``path`` is None."""
 
     def __init__(self, path: Path | None, steps: int) -> None:
         self.path, self.first = path, steps - PROFILED_STEPS
@@ -151,6 +177,11 @@ class profiler:
                      "self_device_us": e.self_device_time_total}
                     for e in self.active.key_averages()]  # type: ignore[attr-defined]
             self.path.write_text(json.dumps({"steps": PROFILED_STEPS, "ops": rows}) + "\n")
+            trace = self.path.with_suffix(".trace.json")
+            self.active.export_chrome_trace(str(trace))  # type: ignore[attr-defined]
+            with trace.open("rb") as raw, gzip.open(f"{trace}.gz", "wb") as packed:
+                shutil.copyfileobj(raw, packed)
+            trace.unlink()
 
 
 def simulate(argv: list[str], gpu: str, nproc: int) -> None:
@@ -176,21 +207,24 @@ def simulate(argv: list[str], gpu: str, nproc: int) -> None:
 
 
 def runs_of(path: Path) -> dict[str, list[dict[str, float]]]:
-    """A record's steps per run: a line ``# run NAME: ...`` starts run NAME (steps before any
-    such line are the run named after the file)."""
+    """A record's steps per run and rank: a line ``# run NAME: ...`` starts run NAME (steps
+    before any such line are the run named after the file); a rank other than 0 is its own
+    entry, ``NAME rankR``."""
     runs: dict[str, list[dict[str, float]]] = {}
     name = path.stem
     for line in path.read_text().splitlines():
         if line.startswith("# run "):
             name = f"{path.stem} {line[len('# run '):].split(':')[0]}"
-        elif "PHASES " in line:
-            runs.setdefault(name, []).append(json.loads(line.split("PHASES ", 1)[1]))
+        for match in PHASES_LINE.finditer(line):  # ranks' lines may run together
+            step = json.loads(match[1])
+            rank = int(step.get("rank", 0))
+            runs.setdefault(f"{name} rank{rank}" if rank else name, []).append(step)
     return runs
 
 
 def table(paths: list[Path]) -> None:
     """Per run, the median of each phase over its steady steps (ms)."""
-    print(f"{'run':32s} " + " ".join(f"{p:>6s}" for p in PHASES) + f" {'step':>7s}")
+    print(f"{'run':44s} " + " ".join(f"{p:>6s}" for p in PHASES) + f" {'step':>7s}")
     for path in paths:
         for name, steps in runs_of(path).items():
             steady = [s for s in steps if s["step"] >= FIRST_STEADY_STEP]
@@ -198,7 +232,7 @@ def table(paths: list[Path]) -> None:
                 raise SystemExit(f"{path}, {name}: no step {FIRST_STEADY_STEP + 1} or later")
             medians = [statistics.median(s.get(p, 0.0) for s in steady) for p in PHASES]
             total = statistics.median(sum(s.get(p, 0.0) for p in PHASES) for s in steady)
-            print(f"{name:32s} " + " ".join(f"{m:6.2f}" for m in medians) + f" {total:7.2f}")
+            print(f"{name:44s} " + " ".join(f"{m:6.2f}" for m in medians) + f" {total:7.2f}")
 
 
 def main() -> None:
@@ -213,6 +247,9 @@ def main() -> None:
     parser.add_argument("--simulate", metavar="GPU", help="run under the simulator (h100, h200)")
     parser.add_argument("--nproc", type=int, default=1,
                         help="with --simulate: ranks (GPUs of one host), experts split over them")
+    parser.add_argument("--all-ranks", action="store_true", help="every rank prints its phases")
+    parser.add_argument("--host-speed", action="store_true",
+                        help="every rank runs the host-speed benchmark before and after its steps")
     parser.add_argument("--profile", type=Path, metavar="JSON",
                         help="rank 0: torch.profiler's per-op table of the last two steps")
     parser.add_argument("--table", type=Path, nargs="+", metavar="RECORD",
