@@ -277,10 +277,14 @@ def env_log_name(machine: str, session: str = "") -> str:
 
 
 def write_env(out: Path, machine: str) -> None:
-    """Record the GPU, driver, topology and torch version next to the logs."""
+    """Record the GPU, driver, topology, torch version and the host's speed before the runs
+    (``measure_host_speed.py``: a lent host's speed moves the host-bound runs' steps) next to
+    the logs."""
     probes = ["nvidia-smi -q | head -40", "nvidia-smi topo -m",
               f"{shlex.quote(sys.executable)} -c 'import torch; print(torch.__version__, "
-              "torch.version.cuda, torch.cuda.nccl.version(), torch.cuda.device_count())'"]
+              "torch.version.cuda, torch.cuda.nccl.version(), torch.cuda.device_count())'",
+              f"{shlex.quote(sys.executable)} "
+              f"{shlex.quote(str(REPO / 'scripts' / 'measure_host_speed.py'))} --repeats 3"]
     with open(out / env_log_name(machine), "w") as log:
         for probe in probes:
             log.write(f"=== {probe}\n")
