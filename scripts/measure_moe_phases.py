@@ -71,8 +71,7 @@ def work_counter() -> Callable[[], tuple[int, int]]:
 
 def run_steps(args: argparse.Namespace) -> None:
     """Train ``args.steps`` steps (one process, or every rank under torchrun: experts split over
-    the ranks), rank 0 printing each step's phases."""
-    sys.path.insert(0, str(EXAMPLES))
+    the ranks), rank 0 printing each step's phases (``main`` put the examples on the path)."""
     import torch
     from moe_ep import average_dense_gradients, moe_config
     from moe_model import ExpertParallel, MoELlama
@@ -92,14 +91,16 @@ def run_steps(args: argparse.Namespace) -> None:
     counts = work_counter()
     if args.host_speed:
         print_host_speed(launch.rank, "before")
-    profiled = profiler(args.profile if launch.is_main else None, args.steps)
+    profiled = LastStepsProfiler(args.profile if launch.is_main else None, args.steps)
+    marks: list[tuple[float, tuple[int, int]]] = []
+
+    def mark() -> None:
+        marks.append((time.perf_counter(), counts()))
+
     for step in range(args.steps):
         profiled.step(step)
-        marks = [(time.perf_counter(), counts())]
-
-        def mark() -> None:
-            marks.append((time.perf_counter(), counts()))
-
+        marks.clear()
+        mark()
         inputs, targets = (t.to(launch.device, non_blocking=True) for t in next(batches))
         mark()
         with torch.autocast(launch.device.type, dtype=dtype):
@@ -152,7 +153,7 @@ def emit(tag: str, record: dict[str, object]) -> None:
     sys.stdout.flush()
 
 
-class profiler:
+class LastStepsProfiler:
     """``torch.profiler`` over the last :data:`PROFILED_STEPS` steps, its per-op table written to
     ``path`` as JSON and its timeline beside it (``<stem>.trace.json.gz``, Chrome trace format);
     nothing where ``path`` is None."""
