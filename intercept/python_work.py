@@ -11,9 +11,15 @@ python_work.json``): ns per line and ns per call of module calls, hooks and opti
 hot, times the cold-code factor fitted on real steps (``intercept.host_fit``), scaled to another
 reference host by the host-speed benchmark's ``calls`` component.
 
+``nn.Module``'s member walks (``parameters()``, ``named_modules()``, ... : :data:`HOT_WALKS`)
+are charged at the hot weights, without the cold-code factor: a walk's steps follow one another
+with no op between them, and a real host runs them at about the microbenchmark's speed (the
+gradient clipping of ``docs/models/host.md``). The shim counts what runs inside them apart.
+
 Limits (``docs/models/host.md``): a line's real cost varies with what it does (a tight
 arithmetic loop ~20 ns per line, a formatted log line ~600 ns), so Python far from a training
-step's mix is over- or under-charged; C work the script calls that is not an intercepted op
+step's mix is over- or under-charged; a member walk whose consumer issues an op per item runs
+cold on a real host and is charged hot; C work the script calls that is not an intercepted op
 (numpy, a tokenizer, real CPU tensors) is not counted; a script's own ``sys.settrace`` (a
 debugger) set before the counter is replaced by it (the rank's log says so), one set after
 replaces the counter on its thread.
@@ -25,6 +31,7 @@ import threading
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from types import CodeType
 
 from intercept import shim
 from intercept.host_fit import load_fit
@@ -53,35 +60,61 @@ WEIGHTS_REFERENCE = "h100-host"
 """The reference host the shipped weights were measured on."""
 
 
-def weights_for(reference: str) -> WorkWeights:
+@dataclass(frozen=True)
+class StepWeights:
+    """Reference-host ns per unit of a training step's Python: ``cold`` for the script's code
+    between ops, ``hot`` inside the :data:`HOT_WALKS`."""
+
+    cold: WorkWeights
+    hot: WorkWeights
+
+
+def weights_for(reference: str) -> StepWeights:
     """The weights in a training step for ``simulation.host_cpu`` ``reference``: the shipped
-    ones times the fitted cold-code factor, scaled by the two hosts' ``calls`` component of the
-    host-speed benchmark (Python function calls and attribute lookups, what a module's call
-    path is made of)."""
+    ones (hot), and times the fitted cold-code factor (cold), scaled by the two hosts' ``calls``
+    component of the host-speed benchmark (Python function calls and attribute lookups, what a
+    module's call path is made of)."""
     fit = load_fit()
     if fit.reference != WEIGHTS_REFERENCE:
         raise ValueError(f"host fit is for {fit.reference}, the Python weights for "
                          f"{WEIGHTS_REFERENCE}: re-fit with scripts/fit_host_time.py")
-    weights = load_weights().scaled(fit.python_cold_factor)
-    if reference == WEIGHTS_REFERENCE:
-        return weights
-    from intercept.host_references import references
+    hot = load_weights()
+    if reference != WEIGHTS_REFERENCE:
+        from intercept.host_references import references
 
-    hosts = references().hosts
-    if reference not in hosts:
-        raise ValueError(f"unknown reference host {reference!r}; expected one of "
-                         f"{', '.join(sorted(hosts))}")
-    return weights.scaled(hosts[reference].components_ns["calls"]
-                          / hosts[WEIGHTS_REFERENCE].components_ns["calls"])
+        hosts = references().hosts
+        if reference not in hosts:
+            raise ValueError(f"unknown reference host {reference!r}; expected one of "
+                             f"{', '.join(sorted(hosts))}")
+        hot = hot.scaled(hosts[reference].components_ns["calls"]
+                         / hosts[WEIGHTS_REFERENCE].components_ns["calls"])
+    return StepWeights(cold=hot.scaled(fit.python_cold_factor), hot=hot)
+
+
+HOT_WALKS = ("named_modules", "modules", "named_children", "children", "_named_members",
+             "named_parameters", "parameters", "named_buffers", "buffers")
+"""The ``nn.Module`` generator walks charged hot; what they call (the member lambdas, a
+tensor's ``__hash__`` in the walk's memo) is inside them."""
+
+
+def hot_walk_code() -> tuple[CodeType, ...]:
+    """The code objects of :data:`HOT_WALKS` (``nn.Module``'s own, not a subclass's override).
+    Imports torch: call after the shim is loaded."""
+    from torch import nn
+
+    return tuple(getattr(nn.Module, name).__code__ for name in HOT_WALKS)
 
 
 class CountedWork:
     """The rank's counted Python work as reference-host ns (:meth:`ns`, monotonic), counting every
-    thread that :meth:`count_this_thread` was called on (the main thread from construction)."""
+    thread that :meth:`count_this_thread` was called on (the main thread from construction),
+    :data:`HOT_WALKS` at the hot weights."""
 
-    def __init__(self, weights: WorkWeights) -> None:
+    def __init__(self, weights: StepWeights) -> None:
         self._weights = weights
         self._local = threading.local()
+        self._hot_code = hot_walk_code()
+        shim.set_hot_code(self._hot_code)
         self.count_this_thread()
 
     def count_this_thread(self) -> None:
@@ -100,4 +133,6 @@ class CountedWork:
     def ns(self) -> int:
         """Reference-host ns of the Python work counted so far, all counted threads."""
         counts = shim.work_counts()
-        return round(counts.lines * self._weights.line_ns + counts.calls * self._weights.call_ns)
+        cold, hot = self._weights.cold, self._weights.hot
+        return round(counts.lines * cold.line_ns + counts.calls * cold.call_ns
+                     + counts.hot_lines * hot.line_ns + counts.hot_calls * hot.call_ns)

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from enum import IntEnum
 from pathlib import Path
-from types import TracebackType
+from types import CodeType, TracebackType
 from typing import NamedTuple
 
 from phantora.errors import MissingDependencyError, SimulationError
@@ -215,12 +215,24 @@ def thread_counted_ns() -> int:
 class WorkCounts(NamedTuple):
     """The script's Python work counted so far on counted threads, outside excluded sections
     (:func:`count_thread`): what a real host runs too, in units that do not depend on this
-    machine's speed or load."""
+    machine's speed or load. Work inside a hot walk (:func:`set_hot_code`) is counted apart."""
 
     lines: int
-    """Source lines started (each loop iteration starts its lines again)."""
+    """Source lines started (each loop iteration starts its lines again), outside hot walks."""
     calls: int
-    """Python functions entered (generators resumed included)."""
+    """Python functions entered (generators resumed included), outside hot walks."""
+    hot_lines: int = 0
+    """Lines started while a hot walk's frame was on the thread's stack."""
+    hot_calls: int = 0
+    """Functions entered (or resumed) while a hot walk's frame was on the thread's stack."""
+
+
+def set_hot_code(codes: tuple[CodeType, ...]) -> None:
+    """Count what runs while a frame of one of ``codes`` is on a counted thread's stack (call to
+    return, a generator's every resume to its yield) as hot work (:class:`WorkCounts`),
+    replacing the codes set before. The caller keeps ``codes`` alive."""
+    if _gil_library().fakecuda_set_hot_code(tuple(codes)) != 0:
+        raise TypeError(f"hot walks are code objects, got {codes!r}")
 
 
 def count_thread() -> bool:
@@ -238,9 +250,9 @@ def thread_counted() -> bool:
 
 def work_counts() -> WorkCounts:
     """The script's Python work counted so far, all threads (see :class:`WorkCounts`)."""
-    out = (ctypes.c_int64 * 2)()
+    out = (ctypes.c_int64 * 4)()
     _gil_library().fakecuda_work_counts(out)
-    return WorkCounts(out[0], out[1])
+    return WorkCounts(*out)
 
 
 class Deductions(NamedTuple):
@@ -407,3 +419,5 @@ def _declare_exclusion(library: ctypes.PyDLL) -> None:
     library.fakecuda_thread_counted.restype = ctypes.c_int
     library.fakecuda_work_counts.argtypes = [ctypes.POINTER(ctypes.c_int64)]
     library.fakecuda_work_counts.restype = None
+    library.fakecuda_set_hot_code.argtypes = [ctypes.py_object]
+    library.fakecuda_set_hot_code.restype = ctypes.c_int

@@ -28,8 +28,8 @@
 //
 // And it counts the script's Python work outside those sections (fakecuda_count_thread): lines
 // and calls of Python code, which a real host runs too and whose count, unlike CPU time, does
-// not depend on the machine or its load (intercept/clock.py converts them into a reference
-// host's time).
+// not depend on the machine or its load (intercept/python_work.py converts them into a reference
+// host's time), apart inside the hot walks it is given (fakecuda_set_hot_code).
 
 #include <Python.h>
 
@@ -201,17 +201,44 @@ void exclusion_resume(int depth) {
 // ---- The script's Python work, counted (machine-independent; see the header) ------------------
 
 // Lines started and Python functions entered on counted threads outside excluded sections, all
-// threads together. Only touched with the GIL held; atomics so that readers never tear.
+// threads together. Only touched with the GIL held; atomics so that readers never tear. The
+// "hot" pair counts what ran inside a hot walk (below), the other pair everything else.
 std::atomic<int64_t> g_work_lines{0};
 std::atomic<int64_t> g_work_calls{0};
+std::atomic<int64_t> g_hot_lines{0};
+std::atomic<int64_t> g_hot_calls{0};
+
+// Hot walks: the code objects (fakecuda_set_hot_code; the Python side keeps them alive) of
+// generator walks that run as a tight loop, no op between two steps (nn.Module's member walks).
+// Everything a thread runs while a frame of one is on its stack (call to return; a generator's
+// yield is a return, its resume a call) counts as hot work.
+std::vector<const PyObject*> g_hot_code;
+thread_local int t_hot_depth = 0;
+
+bool is_hot_code(PyFrameObject* frame) {
+  if (g_hot_code.empty()) return false;
+  PyCodeObject* code = PyFrame_GetCode(frame);
+  bool hot = std::find(g_hot_code.begin(), g_hot_code.end(),
+                       reinterpret_cast<PyObject*>(code)) != g_hot_code.end();
+  Py_DECREF(code);
+  return hot;
+}
 
 // A trace function (PyEval_SetTrace) of a counted thread: counts only outside excluded sections.
-int count_work(PyObject*, PyFrameObject*, int what, PyObject*) {
+// It follows hot walks inside them too, so that a walk's call and return always pair up.
+int count_work(PyObject*, PyFrameObject* frame, int what, PyObject*) {
+  if (what == PyTrace_CALL && is_hot_code(frame)) {
+    ++t_hot_depth;
+  } else if (what == PyTrace_RETURN && t_hot_depth > 0 && is_hot_code(frame)) {
+    --t_hot_depth;
+    return 0;
+  }
   if (t_exclusion.depth > 0) return 0;
+  bool hot = t_hot_depth > 0;
   if (what == PyTrace_LINE) {
-    g_work_lines.fetch_add(1, std::memory_order_relaxed);
+    (hot ? g_hot_lines : g_work_lines).fetch_add(1, std::memory_order_relaxed);
   } else if (what == PyTrace_CALL) {
-    g_work_calls.fetch_add(1, std::memory_order_relaxed);
+    (hot ? g_hot_calls : g_work_calls).fetch_add(1, std::memory_order_relaxed);
   }
   return 0;
 }
@@ -612,10 +639,26 @@ int fakecuda_count_thread() {
 }
 // Whether the calling thread's trace function is still the counter (needs the GIL).
 int fakecuda_thread_counted() { return PyThreadState_Get()->c_tracefunc == count_work; }
-// Python work counted so far, all threads: out[0] lines, out[1] calls.
+// Python work counted so far, all threads: out[0] lines, out[1] calls outside hot walks, out[2]
+// lines, out[3] calls inside them.
 void fakecuda_work_counts(int64_t* out) {
   out[0] = g_work_lines.load(std::memory_order_relaxed);
   out[1] = g_work_calls.load(std::memory_order_relaxed);
+  out[2] = g_hot_lines.load(std::memory_order_relaxed);
+  out[3] = g_hot_calls.load(std::memory_order_relaxed);
+}
+// The hot walks' code objects (a tuple of them; needs the GIL), replacing any set before. The
+// caller keeps them alive.
+int fakecuda_set_hot_code(PyObject* codes) {
+  if (!PyTuple_Check(codes)) return -1;
+  std::vector<const PyObject*> hot;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(codes); ++i) {
+    PyObject* code = PyTuple_GET_ITEM(codes, i);
+    if (!PyCode_Check(code)) return -1;
+    hot.push_back(code);
+  }
+  g_hot_code = std::move(hot);
+  return 0;
 }
 // Excluded CPU time of all threads so far, open sections up to now included.
 int64_t fakecuda_excluded_ns() {

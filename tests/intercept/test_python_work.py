@@ -6,7 +6,7 @@ import pytest
 from intercept.clock import VirtualClock
 from intercept.host_fit import load_fit
 from intercept.host_references import references
-from intercept.python_work import WEIGHTS_REFERENCE, load_weights, weights_for
+from intercept.python_work import WEIGHTS_REFERENCE, StepWeights, load_weights, weights_for
 from tests.intercept.device_harness import run_snippet
 
 COUNTING = """
@@ -88,12 +88,13 @@ def test_weights_are_measured_hot_made_cold_and_scaled_to_another_reference() ->
     shipped = load_weights()
     assert 10 < shipped.line_ns < 1_000 and 10 < shipped.call_ns < 1_000
     cold = load_fit().python_cold_factor
-    in_a_step = shipped.scaled(cold)
+    in_a_step = StepWeights(cold=shipped.scaled(cold), hot=shipped)
     assert weights_for(WEIGHTS_REFERENCE) == in_a_step
     hosts = references().hosts
     other = next(name for name in hosts if name != WEIGHTS_REFERENCE)
     factor = hosts[other].components_ns["calls"] / hosts[WEIGHTS_REFERENCE].components_ns["calls"]
-    assert weights_for(other) == in_a_step.scaled(factor)
+    assert weights_for(other) == StepWeights(cold=shipped.scaled(factor).scaled(cold),
+                                             hot=shipped.scaled(factor))
     with pytest.raises(ValueError, match="unknown reference host"):
         weights_for("h999-host")
 
@@ -101,9 +102,62 @@ def test_weights_are_measured_hot_made_cold_and_scaled_to_another_reference() ->
 def test_a_trace_function_the_counter_replaces_is_named_in_the_rank_log() -> None:
     run = run_snippet("""
 import sys
-from intercept.python_work import CountedWork, WorkWeights
+from intercept.python_work import CountedWork, StepWeights, WorkWeights
 sys.settrace(lambda *args: None)
-CountedWork(WorkWeights(1.0, 1.0))
+CountedWork(StepWeights(WorkWeights(1.0, 1.0), WorkWeights(1.0, 1.0)))
 """)
     assert "was replaced by the host-time counter; set simulation.host_time: measured" in \
         run["stderr"]
+
+
+HOT_WALK = """
+from torch import nn
+from intercept import shim
+from intercept.python_work import hot_walk_code
+
+model = nn.Sequential(*[nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2)) for _ in range(8)])
+shim.set_hot_code(hot_walk_code())
+assert shim.count_thread()
+
+def delta(work):
+    before = shim.work_counts(); work(); after = shim.work_counts()
+    return [a - b for a, b in zip(after, before)]
+
+def consume():
+    total = 0
+    for p in model.parameters():
+        total += 1
+    return total
+
+result["walk"] = delta(lambda: list(model.parameters()))
+result["consumer"] = delta(consume)
+result["after"] = delta(lambda: sum(i for i in range(50)))
+"""
+
+
+def test_member_walks_count_as_hot_work_and_their_consumers_do_not() -> None:
+    result = run_snippet(HOT_WALK)["result"]
+    lines, calls, hot_lines, hot_calls = result["walk"]
+    assert hot_lines > 200 and hot_calls > 100  # 25 modules' walk, 32 parameters
+    assert lines <= 10 and calls <= 5  # the lambda, and work_counts() itself
+    # the consumer's loop body between two yields is the script's, the walk's steps hot
+    lines, calls, hot_lines, hot_calls = result["consumer"]
+    assert lines >= 2 * 32 and hot_lines == result["walk"][2]
+    # once the walk has returned, nothing is hot any more
+    assert result["after"][2:] == [0, 0] and result["after"][0] >= 50
+
+
+def test_counted_work_charges_hot_walks_at_the_hot_weights() -> None:
+    run = run_snippet("""
+from torch import nn
+from intercept.python_work import CountedWork, StepWeights, WorkWeights
+work = CountedWork(StepWeights(cold=WorkWeights(1e6, 0.0), hot=WorkWeights(1.0, 0.0)))
+model = nn.Sequential(*[nn.Linear(2, 2) for _ in range(8)])
+before = work.ns(); list(model.parameters()); result["walk_ns"] = work.ns() - before
+before = work.ns(); sum(i for i in range(50)); result["loop_ns"] = work.ns() - before
+""")
+    result = run["result"]
+    cold_lines, hot_ns = divmod(result["loop_ns"], 1_000_000)  # cold: 1 ms a line, hot 1 ns
+    assert 50 <= cold_lines <= 70 and hot_ns == 0  # the loop, and ns()'s own few lines
+    cold_lines, hot_ns = divmod(result["walk_ns"], 1_000_000)
+    assert cold_lines <= 20 and hot_ns >= 100  # ~300 lines of the walk at 1 ns
