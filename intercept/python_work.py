@@ -12,14 +12,14 @@ hot, times the cold-code factor fitted on real steps (``intercept.host_fit``), s
 reference host by the host-speed benchmark's ``calls`` component.
 
 ``nn.Module``'s member walks (``parameters()``, ``named_modules()``, ... : :data:`HOT_WALKS`)
-are charged at the hot weights, without the cold-code factor: a walk's steps follow one another
-with no op between them, and a real host runs them at about the microbenchmark's speed (the
-gradient clipping of ``docs/models/host.md``). The shim counts what runs inside them apart.
+are charged at the hot weights, without the cold-code factor, where their steps follow one
+another with no op between them: a real host runs them at about the microbenchmark's speed
+(the gradient clipping of ``docs/models/host.md``). The shim counts those steps apart; a step
+that follows an op (a consumer launching one per parameter) counts as the script's, cold.
 
 Limits (``docs/models/host.md``): a line's real cost varies with what it does (a tight
 arithmetic loop ~20 ns per line, a formatted log line ~600 ns), so Python far from a training
-step's mix is over- or under-charged; a member walk whose consumer issues an op per item runs
-cold on a real host and is charged hot; C work the script calls that is not an intercepted op
+step's mix is over- or under-charged; C work the script calls that is not an intercepted op
 (numpy, a tokenizer, real CPU tensors) is not counted; a script's own ``sys.settrace`` (a
 debugger) set before the counter is replaced by it (the rank's log says so), one set after
 replaces the counter on its thread.

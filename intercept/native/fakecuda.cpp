@@ -108,6 +108,7 @@ struct ThreadExclusion {
   int64_t excluded_ns = 0;        // this thread's closed sections plus its deductions
   int64_t section_mark_ns = 0;    // its counted CPU right after its last section deduction
   int64_t dispatch_mark_ns = 0;   // its counted CPU right after its last dispatch deduction
+  int64_t sections = 0;           // outermost sections entered (the simulator ran: an op, a sync)
   std::atomic<int64_t> entry_ns{kClosed};  // thread CPU when the open outermost section began
 };
 
@@ -162,6 +163,7 @@ int64_t deduct(ThreadExclusion& t, int64_t now_ns, int64_t want_ns, int64_t& mar
 void exclusion_enter(bool op_dispatch) {
   ThreadExclusion& t = this_thread_exclusion();
   if (t.depth++ > 0) return;
+  ++t.sections;
   int64_t now_ns = thread_cpu_ns(t.clock);
   int64_t take_ns = deduct(t, now_ns, g_section_deduction_ns.load(), t.section_mark_ns);
   if (op_dispatch) take_ns += deduct(t, now_ns, g_dispatch_deduction_ns.load(), t.dispatch_mark_ns);
@@ -209,11 +211,15 @@ std::atomic<int64_t> g_hot_lines{0};
 std::atomic<int64_t> g_hot_calls{0};
 
 // Hot walks: the code objects (fakecuda_set_hot_code; the Python side keeps them alive) of
-// generator walks that run as a tight loop, no op between two steps (nn.Module's member walks).
-// Everything a thread runs while a frame of one is on its stack (call to return; a generator's
-// yield is a return, its resume a call) counts as hot work.
+// generator walks (nn.Module's member walks) that a real host runs hot when their steps follow
+// one another with no op between them. A walk step is what a thread runs from a call of one's
+// frame (a generator's resume) until the last such frame on its stack returns (or yields). It
+// counts as hot work unless the thread entered an excluded section (the simulator ran an op, a
+// sync, ...) since its previous walk step ended: then the whole step runs cold, as the script.
 std::vector<const PyObject*> g_hot_code;
-thread_local int t_hot_depth = 0;
+thread_local int t_hot_depth = 0;              // hot walk frames on the thread's stack
+thread_local bool t_hot_step_cold = false;     // the current walk step follows an op
+thread_local int64_t t_hot_step_end_mark = -1;  // sections entered when the last step ended
 
 bool is_hot_code(PyFrameObject* frame) {
   if (g_hot_code.empty()) return false;
@@ -228,13 +234,13 @@ bool is_hot_code(PyFrameObject* frame) {
 // It follows hot walks inside them too, so that a walk's call and return always pair up.
 int count_work(PyObject*, PyFrameObject* frame, int what, PyObject*) {
   if (what == PyTrace_CALL && is_hot_code(frame)) {
-    ++t_hot_depth;
+    if (t_hot_depth++ == 0) t_hot_step_cold = t_exclusion.sections != t_hot_step_end_mark;
   } else if (what == PyTrace_RETURN && t_hot_depth > 0 && is_hot_code(frame)) {
-    --t_hot_depth;
+    if (--t_hot_depth == 0) t_hot_step_end_mark = t_exclusion.sections;
     return 0;
   }
   if (t_exclusion.depth > 0) return 0;
-  bool hot = t_hot_depth > 0;
+  bool hot = t_hot_depth > 0 && !t_hot_step_cold;
   if (what == PyTrace_LINE) {
     (hot ? g_hot_lines : g_work_lines).fetch_add(1, std::memory_order_relaxed);
   } else if (what == PyTrace_CALL) {
