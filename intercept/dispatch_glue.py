@@ -30,7 +30,8 @@ class _NullRuntime:
     def excluded(self) -> ContextManager[None]:
         return contextlib.nullcontext()
 
-    def kernel(self, spec: KernelSpec, stream: int, tensors: int = 1) -> None:
+    def kernel(self, spec: KernelSpec, stream: int, tensors: int = 1,
+               host_key: str | None = None) -> None:
         return None
 
     def host_op(self, name: str) -> None:

@@ -51,6 +51,8 @@ from torch._subclasses.fake_tensor import _DISPATCH_META_HANDLERS, FakeTensor, F
 
 from intercept import op_costs, plausible, shim
 from intercept.device_memory import BLAS_OPS, DeviceMemory
+from intercept.host_cost import (EMBEDDING_BACKWARD_SMALL, INDEX_PUT_ACCUMULATE,
+                                 SMALL_EMBEDDING_BACKWARD_MAX, SMALL_SORT_MAX, SORT_SMALL)
 from intercept.unknown_shapes import DATA_DEPENDENT, SHAPE_FROM_VALUES, fake_empty
 from intercept.value_model import ValueModel
 from intercept.value_policy import ValuePolicy
@@ -100,7 +102,8 @@ class Runtime(Protocol):
     def excluded(self) -> ContextManager[None]: ...
     def autograd(self, *, recorded: bool, node: object | None) -> None: ...
     def tensor_subclass(self) -> None: ...
-    def kernel(self, spec: KernelSpec, stream: int, tensors: int = 1) -> None: ...
+    def kernel(self, spec: KernelSpec, stream: int, tensors: int = 1,
+               host_key: str | None = None) -> None: ...
     def host_op(self, name: str) -> None: ...
     def sync(self, kind: str, target: int = 0) -> int: ...
 
@@ -277,7 +280,8 @@ class SimFakeMode(FakeTensorMode):
         elif launch is not None:
             spec, device, host_waits = launch
             stream = self._current_stream(device)
-            self.runtime.kernel(spec, stream, _list_length(args))
+            self.runtime.kernel(spec, stream, _list_length(args),
+                                host_key=_host_key(func, args, kwargs))
             if host_waits:
                 self.runtime.sync("stream", stream)
         else:
@@ -479,6 +483,27 @@ def _non_blocking(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> b
     if func is aten.copy_.default and len(args) > 2:
         return bool(args[2])
     return bool(kwargs.get("non_blocking", False))
+
+
+INDEX_PUTS = frozenset({aten.index_put_.default, aten.index_put.default,
+                        aten._index_put_impl_.default})
+SORTS = frozenset({aten.sort.default, aten.sort.stable})
+
+
+def _host_key(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """The host-cost table's key of an op where it is not the op's name: an ``index_put`` that
+    accumulates, and a sort or an embedding's backward small enough for ATen's one-kernel path
+    (``intercept.host_cost``)."""
+    if func in INDEX_PUTS and (args[3] if len(args) > 3 else kwargs.get("accumulate", False)):
+        return INDEX_PUT_ACCUMULATE
+    if func in SORTS:
+        dim = args[1] if func is aten.sort.default and len(args) > 1 else kwargs.get("dim", -1)
+        if args[0].dim() == 0 or args[0].shape[dim] <= SMALL_SORT_MAX:
+            return SORT_SMALL
+    if (func is aten.embedding_dense_backward.default
+            and args[1].numel() <= SMALL_EMBEDDING_BACKWARD_MAX):
+        return EMBEDDING_BACKWARD_SMALL
+    return None
 
 
 def _syncs_host(func: Any, args: tuple[Any, ...]) -> bool:

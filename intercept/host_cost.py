@@ -45,7 +45,7 @@ from intercept.host_fit import load_fit
 from phantora.calibration.tables import HOST_COSTS
 
 TABLE_PATH = HOST_COSTS.path
-TABLE_VERSION = 4
+TABLE_VERSION = 5
 
 MATMUL = frozenset({"mm", "bmm", "matmul", "_scaled_mm", "_int_mm", "dot", "mv"})
 MATMUL_BIAS = frozenset({"addmm", "baddbmm", "addbmm", "addmv", "_addmm_activation"})
@@ -75,6 +75,19 @@ FUSED_OPTIMIZERS = frozenset({"_fused_adamw_", "_fused_adam_", "_fused_sgd_", "_
 LAYERS = ("autograd_record",)
 """The keys of ``layers_ns`` in the table's file; :func:`load_table` adds ``autograd_node`` and
 ``tensor_subclass`` from the constants fitted on real steps (``intercept.host_fit``)."""
+SORT_SMALL = "sort_small"
+"""The ``ops_ns`` key of a ``sort`` of at most :data:`SMALL_SORT_MAX` elements along its dim:
+ATen sorts those in one kernel, longer ones with a radix sort of tens of kernels."""
+SMALL_SORT_MAX = 4096
+"""ATen's ``should_use_small_sort`` bound (``aten/src/ATen/native/cuda/Sort.h``)."""
+EMBEDDING_BACKWARD_SMALL = "embedding_dense_backward_small"
+"""The ``ops_ns`` key of an embedding's backward over at most
+:data:`SMALL_EMBEDDING_BACKWARD_MAX` indices: one accumulating kernel, where more indices are
+sorted and reduced in segments (``aten/src/ATen/native/cuda/Embedding.cu``)."""
+SMALL_EMBEDDING_BACKWARD_MAX = 3072
+INDEX_PUT_ACCUMULATE = "index_put_accumulate"
+"""The ``ops_ns`` key of an ``index_put`` that accumulates (the backward of indexing): it sorts
+the indices first, so it costs several times one that does not."""
 CUBLAS_GEMMS = frozenset({"mm", "addmm", "bmm", "baddbmm"})
 """Products that go through cuBLAS's per-shape heuristic (``intercept.gemm_heuristic``)."""
 
@@ -107,6 +120,11 @@ class HostCostTable:
     """Per family, one call of one op (``view`` for ops that launch nothing)."""
     foreach_per_tensor_ns: int
     """A foreach or fused-optimizer call's cost per tensor beyond the first."""
+    ops_ns: dict[str, int]
+    """Ops whose host path departs from their family's (tens of kernels for a sort, a host
+    synchronisation to learn a count), by aten name, in place of the family's cost;
+    :data:`INDEX_PUT_ACCUMULATE` for an accumulating ``index_put`` (a sort inside),
+    :data:`SORT_SMALL` and :data:`EMBEDDING_BACKWARD_SMALL` where ATen takes a one-kernel path."""
     collectives_ns: dict[str, int]
     """c10d's call path per collective (``default`` for ops without a row of their own)."""
     gemm: GemmHeuristic
@@ -136,16 +154,18 @@ class HostCostTable:
 
         return HostCostTable(reference, round(self.script_call_ns * factor),
                              scale(self.families_ns), round(self.foreach_per_tensor_ns * factor),
-                             scale(self.collectives_ns), self.gemm.scaled(reference, factor),
-                             scale(self.layers_ns),
+                             scale(self.ops_ns), scale(self.collectives_ns),
+                             self.gemm.scaled(reference, factor), scale(self.layers_ns),
                              {**self.provenance, "scaled_from": self.reference,
                               "scale_factor": round(factor, 4)})
 
     def op_ns(self, name: str, *, launches: bool, tensors: int = 1) -> int:
         """The charge for one intercepted aten op (``name`` without namespace and overload):
-        its family's reference cost less the script's Python call. ``launches``: whether it
-        launches a kernel (views and metadata ops do not); ``tensors``: the length of a foreach
-        op's first list."""
+        its own row of ``ops_ns`` or else its family's reference cost, less the script's Python
+        call. ``launches``: whether it launches a kernel (views and metadata ops do not);
+        ``tensors``: the length of a foreach op's first list."""
+        if launches and name in self.ops_ns:
+            return max(0, self.ops_ns[name] - self.script_call_ns)
         family = family_of(name) if launches else "view"
         cost = self.families_ns[family]
         if family == "foreach":
@@ -172,6 +192,10 @@ def table_from_json(data: dict[str, Any], gemm: GemmHeuristic | None = None) -> 
     missing = needed - families.keys()
     if missing:
         raise ValueError(f"host cost table: families_ns lacks {sorted(missing)}")
+    if "ops_ns" not in data:
+        raise ValueError("host cost table: ops_ns missing (re-derive it with "
+                         "scripts/measure_host_costs.py --import-raw ... --import-ops ...)")
+    ops = {k: int(v) for k, v in data["ops_ns"].items()}
     collectives = {k: int(v) for k, v in data["collectives_ns"].items()}
     if "default" not in collectives:
         raise ValueError("host cost table: collectives_ns lacks 'default'")
@@ -186,7 +210,7 @@ def table_from_json(data: dict[str, Any], gemm: GemmHeuristic | None = None) -> 
     return HostCostTable(reference=str(data["reference"]),
                          script_call_ns=int(data["script_call_ns"]), families_ns=families,
                          foreach_per_tensor_ns=int(data["foreach_per_tensor_ns"]),
-                         collectives_ns=collectives,
+                         ops_ns=ops, collectives_ns=collectives,
                          gemm=gemm,
                          layers_ns=layers, provenance=dict(data["provenance"]))
 

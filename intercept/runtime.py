@@ -105,17 +105,18 @@ class RankRuntime:
         return self.clock.excluded()
 
     def kernel(self, spec: KernelSpec, stream: int, tensors: int = 1,
-               launch_overhead_ns: int | None = None) -> None:
+               launch_overhead_ns: int | None = None, host_key: str | None = None) -> None:
         """Record a kernel launch at the current clock; charges the op's host cost to the clock
         (a cuBLAS product of a shape new to this process pays cuBLAS's heuristic query too) and
         the compute model's duration to the GPU stream. ``tensors``: a foreach op's list
         length (its host cost grows with it); ``launch_overhead_ns`` replaces the table's cost
-        where given (a compiled graph's launcher; 0 for a kernel of a replayed CUDA graph)."""
+        where given (a compiled graph's launcher; 0 for a kernel of a replayed CUDA graph);
+        ``host_key`` the host-cost table's key where it is not the op's name."""
         with self.clock.excluded():
             cost = self._kernel_cost(spec)
             name = spec.name.removeprefix("aten::")
             if launch_overhead_ns is None:
-                host_ns = self.host_costs.op_ns(name, launches=True, tensors=tensors)
+                host_ns = self.host_costs.op_ns(host_key or name, launches=True, tensors=tensors)
                 if name in CUBLAS_GEMMS and len(spec.dims) == 4:
                     host_ns += self._gemm_shapes.first_seen_ns(
                         (name, spec.dtype, spec.variant, *spec.dims))

@@ -67,29 +67,33 @@ class Recorder:
         self.rows: list[dict[str, Any]] = []
 
     def case(self, family: str, name: str, op: Callable[[], object], *, calls: int,
-             per: float = 1.0, **extra: Any) -> None:
-        """Host us per call of ``op`` (divided by ``per``: per tensor, per bucket, ...)."""
+             per: float = 1.0, sync: bool = False, **extra: Any) -> None:
+        """Host us per call of ``op`` (divided by ``per``: per tensor, per bucket, ...).
+        ``sync``: ``op`` waits for the GPU, so each round starts with the GPU idle instead of
+        held busy (every round counts as valid)."""
         try:
             for _ in range(max(3, calls // 10)):
                 op()
             torch.cuda.synchronize()
             per_round, cpu_round, valid = [], [], 0
             for _ in range(self.rounds):
-                torch.cuda._sleep(SLEEP_CYCLES)
+                if not sync:
+                    torch.cuda._sleep(SLEEP_CYCLES)
                 cpu0 = time.thread_time()
                 start = time.perf_counter()
                 for _ in range(calls):
                     op()
                 elapsed = time.perf_counter() - start
                 cpu = time.thread_time() - cpu0
-                valid += not torch.cuda.current_stream().query()
+                valid += sync or not torch.cuda.current_stream().query()
                 per_round.append(elapsed / calls / per * 1e6)
                 cpu_round.append(cpu / calls / per * 1e6)
                 torch.cuda.synchronize()
             row = {"family": family, "case": name, "us_median": round(statistics.median(per_round), 3),
                    "us_min": round(min(per_round), 3),
                    "cpu_us_median": round(statistics.median(cpu_round), 3),
-                   "valid_rounds": valid, "rounds": self.rounds, "calls": calls, "per": per, **extra}
+                   "valid_rounds": valid, "rounds": self.rounds, "calls": calls, "per": per,
+                   **({"sync": True} if sync else {}), **extra}
         except Exception as exc:  # one broken case must not lose the others
             row = {"family": family, "case": name, "error": f"{type(exc).__name__}: {exc}"}
             torch.cuda.synchronize()
@@ -153,6 +157,53 @@ def aten_cases(rec: Recorder, dev: torch.device) -> None:
     for name, (family, op) in cases.items():
         if family == "aten.autograd":
             rec.case(family, name, op, calls=n)
+
+
+def ops_cases(rec: Recorder, dev: torch.device) -> None:
+    """Ops whose host path departs from their family's: several kernels (a radix sort, top-k,
+    an accumulating index_put, the embedding's backward), or a host synchronisation to learn a
+    count (``bincount``, ``nonzero``, ``unique``: measured with the GPU idle, so their rounds
+    are never marked valid by the GPU-busy check; ``sync=True`` rows). Sizes are an MoE
+    layer's: 8,192 tokens of width 1,024 routed to 2 of 8 experts."""
+    tokens, top_k, experts, width = 8192, 2, 8, 1024
+    ids = torch.randint(0, experts, (tokens * top_k,), device=dev)
+    probs = torch.rand(tokens, experts, device=dev)
+    src = torch.randn(tokens * top_k, width, device=dev, dtype=torch.bfloat16)
+    dst = torch.zeros(tokens, width, device=dev, dtype=torch.bfloat16)
+    rows = ids // top_k
+    small_ids = ids[:1024].clone()  # at most 4,096 along the dim: ATen's one-kernel sort
+    counts = torch.bincount(ids, minlength=experts)
+    local = torch.arange(experts // 2, device=dev)
+    mask = ids == 0
+    vocab_ids = torch.randint(0, 32000, (4, 2048), device=dev)
+    grad_out = torch.randn(4, 2048, width, device=dev, dtype=torch.bfloat16)
+    n = 100
+    few = 10  # a sort launches tens of kernels: more calls would fill the launch queue
+    with torch.no_grad():
+        rec.case("ops", "sort stable int64 16k", lambda: ids.sort(stable=True), calls=few)
+        rec.case("ops", "sort stable int64 1k (one kernel)", lambda: small_ids.sort(stable=True),
+                 calls=n)
+        rec.case("ops", "topk 2 of 8 (8k rows)", lambda: probs.topk(top_k, dim=-1), calls=n)
+        rec.case("ops", "index_put_ accumulate (16k rows)",
+                 lambda: dst.index_put_((rows,), src, accumulate=True), calls=few)
+        rec.case("ops", "repeat", lambda: local.repeat(2), calls=n)
+        rec.case("ops", "repeat_interleave output_size",
+                 lambda: torch.repeat_interleave(torch.arange(experts, device=dev), counts,
+                                                 output_size=tokens * top_k), calls=n)
+        rec.case("ops", "cumsum int64 16k", lambda: ids.cumsum(0), calls=n)
+        rec.case("ops", "index_put_ accumulate (1k rows)",
+                 lambda: dst.index_put_((rows[:1024],), src[:1024], accumulate=True), calls=few)
+        rec.case("ops", "embedding_dense_backward (512 tokens, 1k x 128)",
+                 lambda: torch.ops.aten.embedding_dense_backward(
+                     grad_out[:1, :512, :128], vocab_ids[:1, :512] % 1024, 1024, -1, False),
+                 calls=few)
+        rec.case("ops", "embedding_dense_backward (32k x 1024)",
+                 lambda: torch.ops.aten.embedding_dense_backward(grad_out, vocab_ids, 32000, -1,
+                                                                 False), calls=few)
+        rec.case("ops", "bincount 16k (syncs)", lambda: torch.bincount(ids, minlength=experts),
+                 calls=n, sync=True)
+        rec.case("ops", "nonzero 16k (syncs)", lambda: mask.nonzero(), calls=n, sync=True)
+        rec.case("ops", "unique 16k (syncs)", lambda: torch.unique(ids), calls=n, sync=True)
 
 
 def backward_cases(rec: Recorder, dev: torch.device) -> None:
@@ -314,7 +365,7 @@ def graph_cases(rec: Recorder, dev: torch.device) -> None:
                  kernels=kernels)
 
 
-SECTIONS = (aten_cases, backward_cases, foreach_cases, c10d_cases, framework_cases,
+SECTIONS = (aten_cases, ops_cases, backward_cases, foreach_cases, c10d_cases, framework_cases,
             graph_cases)
 """Every measuring section, in the order they run (``--sections`` picks by name)."""
 
@@ -361,6 +412,56 @@ def _case_us(raw: dict[str, Any], source: str) -> Callable[[str], float]:
     return us
 
 
+OP_CASES: dict[str, tuple[str, str | None]] = {
+    "sort": ("sort stable int64 16k", None),
+    "sort_small": ("sort stable int64 1k (one kernel)", None),  # host_cost's keys
+    "topk": ("topk 2 of 8 (8k rows)", None),
+    "index_put_accumulate": ("index_put_ accumulate (16k rows)", None),  # host_cost's key
+    "repeat": ("repeat", None),
+    # the measured call is the composite, whose index_select the simulator charges on its own
+    "repeat_interleave": ("repeat_interleave output_size", "index_select"),
+    "cumsum": ("cumsum int64 16k", None),
+    "embedding_dense_backward": ("embedding_dense_backward (32k x 1024)", None),
+    "embedding_dense_backward_small": ("embedding_dense_backward (512 tokens, 1k x 128)", None),
+    "bincount": ("bincount 16k (syncs)", None),
+    "nonzero": ("nonzero 16k (syncs)", None),
+    "_unique2": ("unique 16k (syncs)", None),
+}
+"""The ``ops_ns`` rows of the table (``intercept.host_cost``): per aten name, its ``ops`` case
+and the case to subtract, if any."""
+
+
+def anchor_scale(base: dict[str, Any], other: dict[str, Any]) -> float:
+    """How much slower ``base``'s host ran than ``other``'s: the median ratio of their ``aten.*``
+    cases (both valid), to put rows measured on another host on ``base``'s footing."""
+    rows = {row["case"]: row for row in other["rows"]}
+    ratios = [row["us_median"] / rows[row["case"]]["us_median"] for row in base["rows"]
+              if row.get("family", "").startswith("aten.") and row.get("valid_rounds")
+              and rows.get(row["case"], {}).get("valid_rounds")]
+    if not ratios:
+        raise SystemExit("--import-ops: a record shares no valid aten case with --import-raw")
+    return statistics.median(ratios)
+
+
+def ops_ns(base: dict[str, Any], records: list[dict[str, Any]]) -> tuple[dict[str, int],
+                                                                          list[float]]:
+    """The table's ``ops_ns`` (:data:`OP_CASES`) from ``records`` (each with its own ``aten``
+    and ``ops`` sections), each put on ``base``'s footing (:func:`anchor_scale`): per op the
+    median over the records that have its case. Also the scales."""
+    scales = [anchor_scale(base, record) for record in records]
+    per_op: dict[str, list[float]] = {op: [] for op in OP_CASES}
+    for record, scale in zip(records, scales, strict=True):
+        us = _case_us(record, "--import-ops")
+        cases = {row["case"] for row in record["rows"]}
+        for op, (case, minus) in OP_CASES.items():
+            if case in cases:  # a record of an earlier version of the section may lack it
+                per_op[op].append((us(case) - (us(minus) if minus else 0.0)) * scale)
+    missing = [OP_CASES[op][0] for op, values in per_op.items() if not values]
+    if missing:
+        raise SystemExit(f"--import-ops: no record has the case(s) {missing}")
+    return {op: round(statistics.median(v) * 1000) for op, v in per_op.items()}, scales
+
+
 AUTOGRAD_CASES = {"add requires_grad": "add out-of-place bf16 1M",
                   "linear+bias requires_grad": "linear+bias (addmm)",
                   "gelu requires_grad": "gelu bf16 1M", "layer_norm requires_grad": "layer_norm"}
@@ -378,10 +479,13 @@ def layers_ns(us: Callable[[str], float]) -> dict[str, int]:
     return {"autograd_record": round(record * 1000)}
 
 
-def derive_table(raw: dict[str, Any], reference: str) -> dict[str, Any]:
+def derive_table(raw: dict[str, Any], reference: str,
+                 op_records: list[dict[str, Any]]) -> dict[str, Any]:
     """The ``phantora/calibration/data/host_costs.json`` form of a raw record (see
-    ``intercept.host_cost``); raises where a case it needs is missing or had no valid round."""
+    ``intercept.host_cost``), its ``ops_ns`` from ``op_records`` (:func:`ops_ns`); raises where
+    a case it needs is missing or had no valid round."""
     us = _case_us(raw, "--import-raw")
+    ops, scales = ops_ns(raw, op_records)
 
     def ns(cases: tuple[str, ...]) -> int:
         return round(statistics.median(us(c) for c in cases) * 1000)
@@ -393,15 +497,20 @@ def derive_table(raw: dict[str, Any], reference: str) -> dict[str, Any]:
     collectives["default"] = round(statistics.median(collectives.values()))
     families = {family: ns(cases) for family, cases in FAMILY_CASES.items()}
     return {
-        "version": 4,
+        "version": 5,
         "reference": reference,
         "script_call_ns": ns(("plain python call (2 args)",)),
         "families_ns": families,
         "foreach_per_tensor_ns": round(statistics.median(slopes) * 1000),
+        "ops_ns": ops,
         "collectives_ns": collectives,
         "layers_ns": layers_ns(us),
         "provenance": {**raw["provenance"], "derived_by": "scripts/measure_host_costs.py "
-                       "--import-raw", "statistic": "median of rounds; family: median of cases"},
+                       "--import-raw", "statistic": "median of rounds; family: median of cases",
+                       "ops_records": [r["provenance"].get("record", "?") for r in op_records],
+                       "ops_anchor_scales": [round(x, 3) for x in scales],
+                       "ops_statistic": "median over the records of the case's median, times "
+                                        "the record's anchor scale"},
     }
 
 
@@ -412,14 +521,26 @@ def main() -> None:
     parser.add_argument("--import-raw", help="derive the shipped table from this raw record")
     parser.add_argument("--reference", default="h100-host",
                         help="the simulation.host_cpu reference host the record was taken on")
+    parser.add_argument("--import-ops", nargs="+", default=[], metavar="RECORD",
+                        help="with --import-raw: records of the aten and ops sections, for "
+                             "the table's ops_ns")
     parser.add_argument("--write", help="with --import-raw: write the table here")
     parser.add_argument("--sections", nargs="+", metavar="NAME",
-                        help="measure only these sections (aten, backward, foreach, c10d, "
+                        help="measure only these sections (aten, ops, backward, foreach, c10d, "
                              "framework, graph); default all")
     args = parser.parse_args()
     if args.import_raw:
         with open(args.import_raw) as f:
-            table = derive_table(json.load(f), args.reference)
+            raw = json.load(f)
+        records = []
+        for path in args.import_ops:
+            with open(path) as f:
+                record = json.load(f)
+            record["provenance"]["record"] = os.path.basename(path)
+            records.append(record)
+        if not records:
+            parser.error("--import-raw needs --import-ops (records with the ops section)")
+        table = derive_table(raw, args.reference, records)
         print(json.dumps(table, indent=1))
         if args.write:
             with open(args.write, "w") as f:

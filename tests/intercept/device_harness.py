@@ -63,6 +63,8 @@ class StandInRuntime:
         """Ops that launched nothing, in order (their host cost only)."""
         self.foreach_tensors: list[int] = []
         """Per kernel, the list length passed for its host cost (1 unless foreach)."""
+        self.host_keys: list[str | None] = []
+        """Per kernel, the host-cost key passed where it is not the op's name."""
 
     @contextlib.contextmanager
     def excluded(self) -> Iterator[None]:
@@ -80,8 +82,9 @@ class StandInRuntime:
             raise AssertionError(f"runtime.{call} called inside excluded()")
 
     def kernel(self, spec: KernelSpec, stream: int, tensors: int = 1,
-               launch_overhead_ns: int | None = None) -> None:
+               launch_overhead_ns: int | None = None, host_key: str | None = None) -> None:
         self._check("kernel")
+        self.host_keys.append(host_key)
         self.kernels.append((spec.name, spec.flops, spec.bytes, stream))
         self.foreach_tensors.append(tensors)
         self.clock_ns += LAUNCH_OVERHEAD_NS if launch_overhead_ns is None else launch_overhead_ns

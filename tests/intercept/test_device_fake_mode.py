@@ -4,6 +4,7 @@ from typing import Any
 
 import pytest
 
+from intercept.host_cost import EMBEDDING_BACKWARD_SMALL, INDEX_PUT_ACCUMULATE, SORT_SMALL
 from intercept.plausible import FLOAT_VALUE, INT_VALUE
 from phantora.compute.spec import MEMCPY_DTOH, MEMCPY_HTOD
 from tests.intercept.device_harness import run_snippet
@@ -84,6 +85,25 @@ result["kernels"] = {
     "clone": kernels_of(lambda: x.clone()),
     "zeros": kernels_of(lambda: torch.zeros(4, device="cuda")),
     "t_contiguous": kernels_of(lambda: x.t().contiguous()), "mm": kernels_of(lambda: x @ x.t()),
+}
+
+# an index_put that accumulates (indexing's backward) sorts first: its own host-cost key
+rows = torch.zeros(8, 16, device="cuda")
+where = torch.tensor([1, 3, 1], device="cuda")
+def host_keys_of(fn):
+    mark = len(runtime.host_keys)
+    fn()
+    return runtime.host_keys[mark:]
+long_ids = torch.zeros(5000, dtype=torch.long, device="cuda")
+result["host_keys"] = {
+    "accumulate": host_keys_of(lambda: rows.index_put_((where,), x[:3], accumulate=True)),
+    "assign": host_keys_of(lambda: rows.index_put_((where,), x[:3])),
+    "short_sort": host_keys_of(lambda: torch.argsort(where, stable=True)),
+    "long_sort": host_keys_of(lambda: long_ids.sort(dim=0)),
+    "short_embedding_backward": host_keys_of(lambda: torch.ops.aten.embedding_dense_backward(
+        x[:3], where, 8, -1, False)),
+    "long_embedding_backward": host_keys_of(lambda: torch.ops.aten.embedding_dense_backward(
+        torch.zeros(5000, 16, device="cuda"), long_ids, 8, -1, False)),
 }
 
 # small all-CPU work runs for real, big CPU tensors stay fake
@@ -335,6 +355,17 @@ def test_host_reads_sync_the_current_stream(behaviour: dict[str, Any]) -> None:
     assert behaviour["result"]["non_blocking_syncs"] == []
     assert "Use Tensor.cpu()" in behaviour["result"]["numpy_cuda"]
     assert behaviour["result"]["numpy"] == FLOAT_VALUE
+
+
+def test_ops_with_several_host_paths_are_charged_by_the_path_taken(behaviour: dict[str, Any]) -> None:
+    keys = behaviour["result"]["host_keys"]
+    assert keys["accumulate"][-1] == INDEX_PUT_ACCUMULATE
+    assert set(keys["assign"]) == {None}
+    # ATen's one-kernel paths: a sort of at most 4,096, an embedding backward of 3,072 indices
+    assert keys["short_sort"] == [SORT_SMALL]
+    assert keys["long_sort"] == [None]
+    assert keys["short_embedding_backward"][-1] == EMBEDDING_BACKWARD_SMALL
+    assert keys["long_embedding_backward"][-1] is None
 
 
 def test_host_device_copies(behaviour: dict[str, Any]) -> None:

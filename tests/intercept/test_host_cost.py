@@ -5,7 +5,8 @@ import json
 import pytest
 
 from intercept.clock import VirtualClock
-from intercept.host_cost import TABLE_PATH, family_of, load_table, table_for, table_from_json
+from intercept.host_cost import (INDEX_PUT_ACCUMULATE, SORT_SMALL, TABLE_PATH, family_of,
+                                 load_table, table_for, table_from_json)
 from intercept.host_references import references
 from intercept.residual import ResidualSmoother
 
@@ -32,6 +33,17 @@ def test_the_shipped_table_has_provenance_and_orders_costs_as_measured() -> None
                                                  - table.script_call_ns)
 
 
+def test_an_op_with_its_own_row_is_charged_that_row_not_its_familys() -> None:
+    table = load_table()
+    # a radix sort launches tens of kernels; an elementwise op one
+    assert table.ops_ns["sort"] > 5 * table.families_ns["elementwise"]
+    assert table.ops_ns[SORT_SMALL] < table.ops_ns["sort"]
+    assert table.op_ns("sort", launches=True) == table.ops_ns["sort"] - table.script_call_ns
+    assert table.op_ns(INDEX_PUT_ACCUMULATE, launches=True) > table.op_ns("index_put_",
+                                                                          launches=True)
+    assert table.op_ns("sort", launches=False) == table.op_ns("view", launches=False)
+
+
 def test_another_reference_host_scales_the_table_by_its_op_dispatch_speed() -> None:
     hosts = references().hosts
     base = load_table()
@@ -40,6 +52,7 @@ def test_another_reference_host_scales_the_table_by_its_op_dispatch_speed() -> N
     factor = hosts[other].components_ns["torch_ops"] / hosts[base.reference].components_ns[
         "torch_ops"]
     assert scaled.families_ns["matmul"] == round(base.families_ns["matmul"] * factor)
+    assert scaled.ops_ns["sort"] == round(base.ops_ns["sort"] * factor)
     assert scaled.gemm.base_ns == round(base.gemm.base_ns * factor)
     assert scaled.gemm.reference == other
     assert table_for(None, "h100").reference == references().for_gpu("h100").name
@@ -55,6 +68,8 @@ def test_a_table_of_another_version_or_without_a_family_is_refused() -> None:
         table_from_json({**data, "families_ns": families})
     with pytest.raises(ValueError, match="one reference host"):
         table_from_json({**data, "reference": "h200-host"})
+    with pytest.raises(ValueError, match="ops_ns missing"):
+        table_from_json({k: v for k, v in data.items() if k != "ops_ns"})
 
 
 def test_a_segment_charges_its_quietest_recent_reading() -> None:
