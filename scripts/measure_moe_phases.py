@@ -11,7 +11,8 @@ each step also reports the Python lines and calls the simulator counted per phas
 (``intercept.shim``). Step 1 also reports the autograd graph's node count. Rank 0 prints one
 JSON line per step, ``PHASES {...}`` (``--all-ranks``: every rank); ``--profile`` adds
 ``torch.profiler``'s per-op table of its last two steps, ``--host-speed`` each rank's host-speed
-benchmark before and after its steps (``SPEED {...}``).
+benchmark before and after its steps (``SPEED {...}``), ``--call-times`` each step's wall time
+inside the calls that may wait for the GPU or the other ranks (:data:`TIMED_CALLS`).
 
     M="--model moe-600m --seq-len 2048 --steps 10 --num-workers 0 --batch-size 4"
     # on the GPU machine (records under scripts/data/host_phases/)
@@ -45,6 +46,43 @@ PROFILED_STEPS = 2
 PHASES_LINE = re.compile(r"PHASES (\{[^{}]*\})")
 FIRST_STEADY_STEP = 3
 """Steps before this one (0-based) warm up and are left out of ``--table``."""
+
+
+TIMED_CALLS = ("tolist", "bincount", "all_to_all", "exchange", "experts", "moe")
+"""``--call-times`` keys, ms per step: ``Tensor.tolist`` (a host read: waits for the GPU, and
+for the other ranks where it reads a collective's result), ``torch.bincount`` (syncs to learn
+its length), every ``dist.all_to_all_single`` (the exchange's own in forward and backward
+included), ``ExpertParallel.exchange`` (forward), ``MoE._run_experts`` and ``MoE.forward``."""
+
+
+def time_calls() -> dict[str, float]:
+    """Wrap the calls of :data:`TIMED_CALLS` with wall-time accumulators (seconds); the caller
+    reads and clears the returned dict per step."""
+    import torch
+    import torch.distributed as dist
+    import moe_model
+
+    spent: dict[str, float] = dict.fromkeys(TIMED_CALLS, 0.0)
+
+    def timed(key: str, call: Callable[..., object]) -> Callable[..., object]:
+        def wrapper(*args: object, **kwargs: object) -> object:
+            start = time.perf_counter()
+            try:
+                return call(*args, **kwargs)
+            finally:
+                spent[key] += time.perf_counter() - start
+        return wrapper
+
+    torch.Tensor.tolist = timed("tolist", torch.Tensor.tolist)  # type: ignore[method-assign]
+    torch.bincount = timed("bincount", torch.bincount)  # type: ignore[assignment]
+    dist.all_to_all_single = timed(  # type: ignore[assignment]  # moe_model's dist too
+        "all_to_all", dist.all_to_all_single)
+    moe_model.ExpertParallel.exchange = timed(  # type: ignore[method-assign]
+        "exchange", moe_model.ExpertParallel.exchange)
+    moe_model.MoE._run_experts = timed(  # type: ignore[method-assign]
+        "experts", moe_model.MoE._run_experts)
+    moe_model.MoE.forward = timed("moe", moe_model.MoE.forward)  # type: ignore[method-assign]
+    return spent
 
 
 def node_count(loss: object) -> int:
@@ -95,6 +133,7 @@ def run_steps(args: argparse.Namespace) -> None:
                                dp_size=launch.world_size))
     dtype = compute_dtype(args, launch.device)
     counts = work_counter()
+    spent = time_calls() if args.call_times else None
     if args.host_speed:
         print_host_speed(launch.rank, "before")
     profiled = LastStepsProfiler(args.profile if launch.is_main else None, args.steps)
@@ -135,6 +174,9 @@ def run_steps(args: argparse.Namespace) -> None:
         record["calls"] = [end[1][1] - start[1][1] for start, end in zip(marks, marks[1:])]
         if nodes is not None:
             record["nodes"] = nodes
+        if spent is not None:
+            record.update({key: round(secs * 1e3, 3) for key, secs in spent.items()})
+            spent.update(dict.fromkeys(spent, 0.0))
         if launch.is_main or args.all_ranks:
             emit("PHASES", {"rank": launch.rank, **record})
     profiled.step(args.steps)
@@ -257,6 +299,9 @@ def main() -> None:
     parser.add_argument("--all-ranks", action="store_true", help="every rank prints its phases")
     parser.add_argument("--host-speed", action="store_true",
                         help="every rank runs the host-speed benchmark before and after its steps")
+    parser.add_argument("--call-times", action="store_true",
+                        help="each step's wall time inside host reads, bincount, all_to_all, "
+                             "the exchange and the experts (ms)")
     parser.add_argument("--profile", type=Path, metavar="JSON",
                         help="rank 0: torch.profiler's per-op table of the last two steps")
     parser.add_argument("--table", type=Path, nargs="+", metavar="RECORD",
