@@ -184,7 +184,7 @@ def table_from_json(data: dict[str, Any], gemm: GemmHeuristic | None = None) -> 
     if data.get("version") != TABLE_VERSION:
         raise ValueError(f"host cost table version {data.get('version')!r}; this code reads "
                          f"version {TABLE_VERSION} (re-derive it with scripts/"
-                         "measure_host_costs.py --import-raw)")
+                         "measure_host_costs.py --import-raw ... --import-ops ...)")
     families = {k: int(v) for k, v in data["families_ns"].items()}
     needed = {"view", "elementwise", "elementwise_inplace", "foreach", "matmul", "matmul_bias",
               "norm", "softmax", "reduction", "embedding", "cat", "index", "factory", "alloc",

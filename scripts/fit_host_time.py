@@ -7,8 +7,9 @@ with the three constants: its counted Python work (``summary.json``: ``host_time
 scales with the cold-code factor, its DTensor dispatches and autograd nodes (the steps' fourth
 and fifth numbers) with their per-op and per-node costs. The residual also holds the member
 walks charged hot (``intercept.python_work.HOT_WALKS``), which the factor does not scale: a
-fit that moves the factor far is run again until the multipliers are about 1. The multipliers that minimise the
-steps' relative squared error are solved for, and the new constants written (``--write``).
+fit that moves the factor far is run again until the multipliers are about 1. The multipliers
+that minimise the steps' relative squared error are solved for, and the new constants written
+(``--write``).
 Then the accuracy harness (``validate_accuracy.py``) checks them on cases they were not fitted
 on.
 

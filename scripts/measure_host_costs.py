@@ -3,8 +3,10 @@
 
   # 1. on a lent GPU machine (one GPU is enough), from the repository root:
   python3 scripts/measure_host_costs.py --json /tmp/host_costs.json
-  # 2. here: derive the shipped table from a raw record (prints the families it derived)
+  # 2. here: derive the shipped table from a raw record, its per-op rows from records of the
+  #    aten and ops sections (prints the table it derived)
   python3 scripts/measure_host_costs.py --import-raw scripts/data/host_costs/h100x1.json \
+      --import-ops scripts/data/host_costs/h100x1-ops?.json \
       --reference h100-host --write phantora/calibration/data/host_costs.json
 
 Each case issues its operation back to back and reports the host's wall time per call (what a

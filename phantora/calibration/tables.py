@@ -33,7 +33,8 @@ HOST_COSTS = Table(DATA_DIR / "host_costs.json", Source(
     gpu="NVIDIA H100 80GB HBM3 (lent nvidia-h100-x1; 16 vCPUs of an Intel Xeon)",
     nccl=UNKNOWN, torch="2.11.0+cu130",
     how="scripts/measure_host_costs.py --import-raw: per op family the median of its cases' "
-        "medians of 7 rounds (the file's provenance block)"))
+        "medians of 7 rounds; --import-ops: per-op rows from h100x1-ops*.json (the file's "
+        "provenance block)"))
 """Host CPU time per intercepted op on the reference host: kernel launches by op family,
 collective calls (``intercept.host_cost``)."""
 

@@ -357,7 +357,8 @@ def test_host_reads_sync_the_current_stream(behaviour: dict[str, Any]) -> None:
     assert behaviour["result"]["numpy"] == FLOAT_VALUE
 
 
-def test_ops_with_several_host_paths_are_charged_by_the_path_taken(behaviour: dict[str, Any]) -> None:
+def test_ops_with_several_host_paths_are_charged_by_the_path_taken(
+        behaviour: dict[str, Any]) -> None:
     keys = behaviour["result"]["host_keys"]
     assert keys["accumulate"][-1] == INDEX_PUT_ACCUMULATE
     assert set(keys["assign"]) == {None}
