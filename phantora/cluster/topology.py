@@ -100,6 +100,19 @@ class Topology:
                 return index
         raise KeyError(f"GPU {gpu} has no {kind.value} link in topology {self.name!r}")
 
+    def link_name(self, index: int) -> str:
+        """The name a scenario uses for link ``index``: its two nodes, ``leaf0-spine1``."""
+        link = self.links[index]
+        return f"{self.nodes[link.a].name}-{self.nodes[link.b].name}"
+
+    def link_named(self, name: str) -> int | None:
+        """The index of the link called ``name`` (its nodes in either order), or ``None``."""
+        for index, link in enumerate(self.links):
+            a, b = self.nodes[link.a].name, self.nodes[link.b].name
+            if name in (f"{a}-{b}", f"{b}-{a}"):
+                return index
+        return None
+
     def fabric_links(self) -> list[int]:
         """Indices of the links that make up the inter-host fabric (NICs included)."""
         return [i for i, link in enumerate(self.links) if link.kind is not LinkKind.NVLINK]

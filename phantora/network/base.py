@@ -34,6 +34,15 @@ class FlowDone:
     end_ns: int
 
 
+@dataclass(frozen=True, slots=True)
+class LinkFailure:
+    """Link ``link`` (an index into ``Topology.links``) goes down at ``at_ns`` and stays down;
+    routing avoids it from then on (``faults: link_down`` in a scenario)."""
+
+    link: int
+    at_ns: int
+
+
 @dataclass(slots=True)
 class NetworkStats:
     """Counters a backend reports for ``summary.json``; backends fill what they know."""
