@@ -28,8 +28,8 @@ from phantora.engine.benchmark import run_collective
 from phantora.errors import PhantoraError, ScenarioError
 from phantora.network.base import NetworkBackend
 from phantora.report.benchmark import collective_result
-from phantora.report.console import (collectives_table, coverage_line, fabric_line,
-                                     hot_ports_table, ranks_table, with_progress)
+from phantora.report.console import (attribution_table, collectives_table, coverage_line,
+                                     fabric_line, hot_ports_table, ranks_table, with_progress)
 from phantora.report.summary import CollectiveResult, Summary
 from phantora.scenario import (
     CollectivesWorkload,
@@ -100,10 +100,10 @@ def _script(workload: ScriptWorkload, scenario: Scenario, summary: Summary, topo
         seed=scenario.seed,
         new_backend=lambda: make_backend(topology, scenario.cluster.network, scenario.seed),
         note=lambda line: console.print(escape(line), style="yellow", highlight=False))
-    fill_live_summary(summary, run.result, run.coverage, run.backend)
+    attribution = fill_live_summary(summary, run.result, run.coverage, run.backend, topology)
     if run.regroups:
         summary.dedup["regroups"] = run.regroups
-    write_trace(run.result, out_dir / "trace.json")
+    write_trace(run.result, out_dir / "trace.json", attribution=attribution)
     return run.backend
 
 
@@ -165,6 +165,9 @@ def simulate(scenario: Scenario, out_dir: Path, console: Console,
             console.print(coverage_line(summary.compute_coverage), highlight=False)
     if summary.collectives:
         console.print(collectives_table(summary.collectives, title=scenario.name))
+    steps = attribution_table(summary.attribution, title=scenario.name)
+    if steps is not None:
+        console.print(steps)
     for fabric in (fabric_line(summary.network), hot_ports_table(summary.network)):
         if fabric is not None:
             console.print(fabric, highlight=False)

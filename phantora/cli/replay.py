@@ -55,6 +55,7 @@ def replay_run(run_dir: Path, scenario: Scenario, summary: Summary, topology: To
     replayed = replay(recording, topology, SystemInfo.from_topology(topology, gpu),
                       nccl_config(scenario.nccl), backend, gpus, coverage=coverage,
                       overlap=MEASURED_OVERLAP if scenario.simulation.overlap_slowdown else None)
-    fill_live_summary(summary, replayed.result, coverage, backend)
+    attribution = fill_live_summary(summary, replayed.result, coverage, backend, topology,
+                                    replayed.step_ends)
     summary.replay = comparison(recording, replayed)
-    write_trace(replayed.result, out_dir / "trace.json")
+    write_trace(replayed.result, out_dir / "trace.json", attribution=attribution)

@@ -15,6 +15,7 @@ the live run's measurement, not re-measured; tensor values are not carried.
 """
 
 import threading
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from multiprocessing import Pipe
@@ -44,13 +45,17 @@ class _RankDriver(threading.Thread):
     """Replays one rank's records against the engine (the rank side of the protocol)."""
 
     def __init__(self, rank: int, records: list[dict[str, Any]], conn: Connection,
-                 stats: RankStats) -> None:
+                 stats: RankStats, live_step_ends: Sequence[int] = ()) -> None:
         super().__init__(name=f"replay-rank{rank}", daemon=True)
+        self.rank = rank
         self._records = records
         self._conn = conn
         self._stats = stats
+        self._live_step_ends = live_step_ends
         self.queries_differing = 0
         """``event.query()`` answers that differ from the live run's."""
+        self.step_ends: list[int] = []
+        """The live run's step ends moved onto the replay's clock (:meth:`_moved`)."""
 
     def run(self) -> None:
         try:
@@ -64,10 +69,12 @@ class _RankDriver(threading.Thread):
                 pass
 
     def _replay(self) -> None:
-        host_ns = 0
+        host_ns = live_ns = 0
+        clocks: list[tuple[int, int]] = []  # (live, replay) clock after each host event
         ops: list[Op] = []
         for record in self._records:
             host_ns += record["cpu_ns"]
+            live_ns += record["cpu_ns"]
             kind = record["op"]
             if kind in GPU_OPS:
                 ops.append(record_op(record, host_ns))
@@ -80,13 +87,27 @@ class _RankDriver(threading.Thread):
                     self.queries_differing += int(reply.value != record["value"])
                 else:
                     host_ns = max(host_ns, reply.time_ns)
+                    live_ns = max(live_ns, record.get("reply_ns", live_ns))
             elif kind == "exit":
+                self.step_ends = self._moved(clocks + [(live_ns, host_ns)])
                 self._conn.send(Batch(host_ns, ops, exit=Exit(0, stats=self._stats)))
                 return
             else:
                 raise RecordingError(f"unknown record op {kind!r}")
+            clocks.append((live_ns, host_ns))
         raise RecordingError("a rank's records end without an 'exit' record; the recording "
                              "is incomplete, record the run again")
+
+    def _moved(self, clocks: list[tuple[int, int]]) -> list[int]:
+        """Each live step end as the same CPU time after the same host event on the replay's
+        clock (a step ends on the CPU, never inside a sync's wait)."""
+        lives = [live for live, _ in clocks]
+        moved = []
+        for end in self._live_step_ends:
+            index = bisect_right(lives, end) - 1
+            live, replayed = clocks[index] if index >= 0 else (0, 0)
+            moved.append(replayed + end - live)
+        return moved
 
     def _await_reply(self) -> Reply:
         while True:
@@ -99,6 +120,8 @@ class _RankDriver(threading.Thread):
 class ReplayResult:
     result: LiveResult
     queries_differing: int = 0
+    step_ends: dict[int, list[int]] | None = None
+    """Each live rank's step ends on the replay's clock (``None``: the recording has none)."""
 
 
 def replay(recording: Recording, topology: Topology, system: SystemInfo, nccl: NcclConfig,
@@ -108,7 +131,9 @@ def replay(recording: Recording, topology: Topology, system: SystemInfo, nccl: N
     raises (a deadlock, say, if the recording was edited into an inconsistent one)."""
     classes = recording.classes
     pipes = {rank: Pipe() for rank in classes.live_ranks()}
-    drivers = [_RankDriver(rank, recording.ranks[rank], child, recording.stats(rank))
+    live_ends = recording.meta.get("step_ends_ns")
+    drivers = [_RankDriver(rank, recording.ranks[rank], child, recording.stats(rank),
+                           live_ends[rank] if live_ends else ())
                for rank, (_, child) in pipes.items()]
     engine = LiveEngine(topology, system, nccl, backend,
                         {rank: parent for rank, (parent, _) in pipes.items()}, gpus_of_rank,
@@ -124,7 +149,8 @@ def replay(recording: Recording, topology: Topology, system: SystemInfo, nccl: N
             driver.join(_JOIN_S)
         for _, child in pipes.values():
             child.close()
-    return ReplayResult(result, sum(d.queries_differing for d in drivers))
+    return ReplayResult(result, sum(d.queries_differing for d in drivers),
+                        {d.rank: d.step_ends for d in drivers} if live_ends else None)
 
 
 def comparison(recording: Recording, replayed: ReplayResult) -> dict[str, Any]:

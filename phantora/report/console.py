@@ -99,6 +99,39 @@ def hot_ports_table(network: dict[str, Any]) -> Table | None:
     return table
 
 
+ATTRIBUTION_ROWS = 8
+"""Ranks listed in the attribution table (the mean row covers all)."""
+
+
+def attribution_table(attribution: dict[str, Any], title: str) -> Table | None:
+    """The steady step per live rank and on average: its parts in ms and shares
+    (``None`` when nothing was attributed)."""
+    steady = attribution.get("steady")
+    if not steady:
+        return None
+    parts = attribution["parts"]
+    table = Table(title=f"{title}: where the step goes (steps {_spans(steady['steps'])})")
+    for name in ("rank", "step (ms)", *(part.replace("_", " ") for part in parts),
+                 "exposed comm by tier"):
+        table.add_column(name, justify="left" if name.startswith("exposed") else "right")
+    by_rank = attribution["steady_by_rank"]
+    rows = [(str(row["ranks"][0]), row) for row in by_rank[:ATTRIBUTION_ROWS]]
+    if len(by_rank) > 1:
+        rows.append(("mean" if len(by_rank) <= ATTRIBUTION_ROWS
+                     else f"mean of {len(by_rank)}", steady))
+    for label, row in rows:
+        tiers = ", ".join(f"{tier} {ns / 1e6:.3f}"
+                          for tier, ns in row["communication_by_tier_ns"].items() if ns)
+        table.add_row(label, f"{row['step_ns'] / 1e6:.3f}",
+                      *(f"{row[f'{part}_ns'] / 1e6:.3f} ({row['share'][part]:.0%})"
+                        for part in parts), tiers or "-")
+    return table
+
+
+def _spans(steps: list[int]) -> str:
+    return f"{steps[0]}-{steps[-1]}" if len(steps) > 1 else str(steps[0])
+
+
 def with_progress(items: Iterable[T], total: int, description: str, console: Console) -> Iterator[T]:
     """Yield ``items`` while showing a progress bar (hidden when the console is not a terminal)."""
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),

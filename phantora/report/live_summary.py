@@ -2,10 +2,13 @@
 
 import time
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 
+from phantora.cluster.topology import Topology
 from phantora.compute import Coverage
 from phantora.engine.live import CollectiveRecord, LiveResult
 from phantora.network.base import NetworkBackend
+from phantora.report.attribution import Attribution, attribute
 from phantora.report.benchmark import bus_factor
 from phantora.report.summary import CollectiveResult, Summary
 
@@ -30,10 +33,15 @@ def collective_rows(records: list[CollectiveRecord]) -> list[CollectiveResult]:
 
 
 def fill_live_summary(summary: Summary, result: LiveResult, coverage: Coverage | None,
-                      backend: NetworkBackend) -> None:
+                      backend: NetworkBackend, topology: Topology,
+                      step_ends: Mapping[int, Sequence[int]] | None = None) -> Attribution:
     """The sections a live run (or a replay of one) adds to ``summary.json`` (no
-    ``compute_coverage`` without ``coverage``: an imported trace's kernel times are its own)."""
+    ``compute_coverage`` without ``coverage``: an imported trace's kernel times are its own);
+    ``step_ends``: each rank's step ends, if not its optimizer step hooks'. Returns the step
+    attribution (for the trace)."""
     summary.ranks = result.ranks
+    attribution = attribute(result, topology, step_ends)
+    summary.attribution = attribution.to_dict()
     summary.collectives = collective_rows(result.collectives)
     if coverage is not None:
         summary.compute_coverage = coverage.to_dict()
@@ -52,3 +60,4 @@ def fill_live_summary(summary: Summary, result: LiveResult, coverage: Coverage |
         "coordinator": round(time.process_time() - ns3_s, 3),
         "ns3": round(ns3_s, 3)}
     summary.simulated_ns = result.simulated_ns
+    return attribution

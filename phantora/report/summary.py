@@ -59,6 +59,10 @@ class Summary:
     """Live runs only: ``grid`` (outer x replicas x inner), ``live_ranks``, ``mirrored_ranks``
     (rank -> the representative it mirrors) and ``regroups`` (why a run started again with
     other classes; ``phantora.engine.rank_classes``)."""
+    attribution: dict[str, Any] = field(default_factory=dict)
+    """Live runs only: each live rank's steps split into compute, exposed communication (by
+    op and tier), pipeline bubble, waiting for other ranks and host-bound idle
+    (:mod:`phantora.report.attribution`)."""
     network: dict[str, Any] = field(default_factory=dict)
     simulated_ns: int = 0
     wall_seconds: dict[str, float] = field(default_factory=dict)

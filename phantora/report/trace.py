@@ -8,7 +8,9 @@ collective's slice runs from when its stream reached it - waiting for the other 
 included, as a real NCCL kernel spins - to its end; ``args.transfer_start_ns`` says when the
 data started moving. When the engine recorded flows, one more process, ``network``, holds every
 flow as a slice on lanes per source GPU, with a flow arrow from its collective's slice on the
-sending rank, and per source GPU a counter track of the rate it injects.
+sending rank, and per source GPU a counter track of the rate it injects. With a step
+attribution, each live rank has one more thread, ``step attribution``, whose slices say which
+part of the step each stretch of its timeline is (:mod:`phantora.report.attribution`).
 
 Times in the format's unit, microseconds, with ns precision.
 """
@@ -19,8 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from phantora.engine.live import LiveResult
+from phantora.report.attribution import Attribution
 
 CPU_TID = 0
+ATTRIBUTION_TID = 999_999
+"""The step attribution's thread in each rank's process (after its streams)."""
 
 
 def _us(time_ns: int) -> float:
@@ -67,7 +72,8 @@ def _stream_threads(result: LiveResult) -> dict[tuple[int, int], tuple[int, str]
     return threads
 
 
-def trace_events(result: LiveResult, *, flows: bool = True) -> list[dict[str, Any]]:
+def trace_events(result: LiveResult, *, flows: bool = True,
+                 attribution: Attribution | None = None) -> list[dict[str, Any]]:
     """Every trace event of ``result``: metadata first, then slices in time order per track."""
     threads = _stream_threads(result)
     tids = {key: tid for key, (tid, _) in threads.items()}
@@ -94,8 +100,31 @@ def trace_events(result: LiveResult, *, flows: bool = True) -> list[dict[str, An
                               "ranks": list(record.ranks), "algorithm": record.algorithm,
                               "protocol": record.protocol, "channels": record.channels,
                               "transfer_start_ns": record.start_ns}))
+    if attribution is not None:
+        events.extend(_attribution_events(attribution))
     if flows and result.flows:
         events.extend(_flow_events(result, pid=len(result.ranks)))
+    return events
+
+
+def _attribution_events(attribution: Attribution) -> list[dict[str, Any]]:
+    """Per live rank, its timeline's parts as slices, and each step as a slice under them."""
+    events = []
+    for rank in sorted({segment.rank for segment in attribution.segments}):
+        events.append(_name("thread_name", rank, "step attribution", ATTRIBUTION_TID))
+        events.append(_order("thread_sort_index", rank, ATTRIBUTION_TID, ATTRIBUTION_TID))
+    for step in attribution.steps:
+        events.append(_slice(f"step {step.step}", "step", step.rank, ATTRIBUTION_TID,
+                             step.start_ns, step.end_ns,
+                             {f"{part}_ns": ns for part, ns in step.parts_ns.items()}))
+    for segment in attribution.segments:
+        record = segment.collective
+        name = segment.part if record is None else f"{segment.part}: {record.op}"
+        events.append(_slice(name, "attribution", segment.rank, ATTRIBUTION_TID,
+                             segment.start_ns, segment.end_ns,
+                             None if record is None else {"group": record.group,
+                                                          "seq": record.seq,
+                                                          "bytes": record.bytes}))
     return events
 
 
@@ -150,10 +179,12 @@ _MAX_LANES = 1000
 """Flow lanes per GPU in the trace (more concurrent flows share the last lane)."""
 
 
-def write_trace(result: LiveResult, path: Path, *, flows: bool = True) -> None:
+def write_trace(result: LiveResult, path: Path, *, flows: bool = True,
+                attribution: Attribution | None = None) -> None:
     """Write ``path`` (usually ``DIR/trace.json``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    document = {"traceEvents": trace_events(result, flows=flows), "displayTimeUnit": "ns",
+    document = {"traceEvents": trace_events(result, flows=flows, attribution=attribution),
+                "displayTimeUnit": "ns",
                 "otherData": {"tool": "phantora-ns3", "simulated_ns": result.simulated_ns,
                               "flows_left_out": max(0, len(result.flows) - MAX_TRACE_FLOWS)
                               if flows else 0}}
