@@ -109,7 +109,7 @@ def write_recording(out_dir: Path, logs: Mapping[int, RankLog], result: LiveResu
             "rank_clock_ns": [rank.clock_ns for rank in result.ranks],
             "rank_stats": [stats_dict(stats[classes.representative(rank)])
                            for rank in range(classes.world)],
-            "step_ends_ns": [[step[0] for step in stats[classes.representative(rank)]
+            "optimizer_steps_ns": [[step[0] for step in stats[classes.representative(rank)]
                               .host_time.steps] for rank in range(classes.world)],
             "collectives": len(result.collectives)}
     if classes.deduplicated:

@@ -1,8 +1,10 @@
 """Step attribution: where each rank's step time went, part by part, summing to the step.
 
-A step is the window between two optimizer steps on the rank's clock (``torch.optim`` step
-hooks; the first step starts at 0 and holds the script's start-up). A script that never
-steps an optimizer has one window, the whole run. Every instant of a window gets exactly one
+A step is the window between two step ends on the rank's clock, where the script sees a step
+end: the end of the first host sync (``torch.cuda.synchronize()``, ``.item()``, an event
+wait) after its optimizer step (``torch.optim`` step hooks), or the optimizer step itself when
+the rank does not wait for its GPU before the next one. The first step starts at 0 and holds
+the script's start-up. A script that never steps an optimizer has one window, the whole run. Every instant of a window gets exactly one
 part, the first that holds in this order, so the parts sum to the window:
 
 1. ``compute``: a kernel of the rank runs on any of its streams (communication that runs
@@ -22,6 +24,7 @@ Mirrored ranks (rank deduplication) run their representative's timeline, so only
 are attributed.
 """
 
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +34,8 @@ from typing import Any
 
 from phantora.cluster.topology import LinkKind, Topology
 from phantora.collectives import CollectiveOp
-from phantora.engine.live import CollectiveRecord, CollectiveSpan, LiveResult, RankResult
+from phantora.engine.live import (BlockedSpan, CollectiveRecord, CollectiveSpan, LiveResult,
+                                  RankResult)
 from phantora.engine.streams import KernelSpan
 
 PARTS = ("compute", "communication", "pipeline_bubble", "waiting", "host_bound")
@@ -86,9 +90,25 @@ class Segment:
     """The collective behind a communication, bubble or waiting segment."""
 
 
-def step_ends(ranks: Iterable[RankResult]) -> dict[int, list[int]]:
-    """Each rank's step ends on its clock, from its optimizer step hooks."""
+def optimizer_steps(ranks: Iterable[RankResult]) -> dict[int, list[int]]:
+    """Each rank's optimizer step ends on its clock, from its step hooks."""
     return {rank.rank: [step[0] for step in rank.host_time.steps] for rank in ranks}
+
+
+def step_ends(optimizer_ns: Sequence[int], blocked: Sequence[BlockedSpan]) -> list[int]:
+    """Where the rank's steps end: each optimizer step moved to the end of the first host
+    sync the rank waited in after it and before the next (``blocked``: the rank's waits, in
+    time order)."""
+    ends = []
+    starts = [span.start_ns for span in blocked]
+    for index, optimizer in enumerate(optimizer_ns):
+        following = optimizer_ns[index + 1] if index + 1 < len(optimizer_ns) else None
+        first = bisect_left(starts, optimizer)
+        if first < len(blocked) and (following is None or starts[first] < following):
+            ends.append(blocked[first].end_ns)
+        else:
+            ends.append(optimizer)
+    return ends
 
 
 def rank_segments(rank: int, kernels: Iterable[KernelSpan], spans: Sequence[CollectiveSpan],
@@ -249,10 +269,10 @@ def _mean_of(tallies: Iterable[dict[str, int]]) -> dict[str, float]:
 
 
 def attribute(result: LiveResult, topology: Topology,
-              ends: Mapping[int, Sequence[int]] | None = None) -> Attribution:
-    """Attribute every live rank's steps (``ends``: each rank's step ends; default its
-    optimizer step hooks)."""
-    ends = step_ends(result.ranks) if ends is None else ends
+              optimizer_ns: Mapping[int, Sequence[int]] | None = None) -> Attribution:
+    """Attribute every live rank's steps (``optimizer_ns``: each rank's optimizer steps on
+    its clock; default its step hooks')."""
+    optimizer_ns = optimizer_steps(result.ranks) if optimizer_ns is None else optimizer_ns
     live = result.classes.live_ranks() if result.classes is not None else \
         [rank.rank for rank in result.ranks]
     kernels: dict[int, list[KernelSpan]] = defaultdict(list)
@@ -261,6 +281,9 @@ def attribute(result: LiveResult, topology: Topology,
     spans: dict[int, list[CollectiveSpan]] = defaultdict(list)
     for span in result.collective_spans:
         spans[span.rank].append(span)
+    blocked: dict[int, list[BlockedSpan]] = defaultdict(list)
+    for wait in result.blocked:  # in (rank, start) order
+        blocked[wait.rank].append(wait)
     tiers = collective_tiers(result, topology)
     steps: list[StepParts] = []
     segments: list[Segment] = []
@@ -269,5 +292,6 @@ def attribute(result: LiveResult, topology: Topology,
         rank_parts = rank_segments(rank, kernels[rank], spans[rank],
                                    max(info.clock_ns, info.gpu_end_ns))
         segments += rank_parts
-        steps += attribute_steps(rank_parts, ends.get(rank, []), tiers)
+        ends = step_ends(optimizer_ns.get(rank, []), blocked[rank])
+        steps += attribute_steps(rank_parts, ends, tiers)
     return Attribution(steps, segments)

@@ -34,13 +34,13 @@ def collective_rows(records: list[CollectiveRecord]) -> list[CollectiveResult]:
 
 def fill_live_summary(summary: Summary, result: LiveResult, coverage: Coverage | None,
                       backend: NetworkBackend, topology: Topology,
-                      step_ends: Mapping[int, Sequence[int]] | None = None) -> Attribution:
+                      optimizer_ns: Mapping[int, Sequence[int]] | None = None) -> Attribution:
     """The sections a live run (or a replay of one) adds to ``summary.json`` (no
     ``compute_coverage`` without ``coverage``: an imported trace's kernel times are its own);
-    ``step_ends``: each rank's step ends, if not its optimizer step hooks'. Returns the step
+    ``optimizer_ns``: each rank's optimizer steps, if not its step hooks'. Returns the step
     attribution (for the trace)."""
     summary.ranks = result.ranks
-    attribution = attribute(result, topology, step_ends)
+    attribution = attribute(result, topology, optimizer_ns)
     summary.attribution = attribution.to_dict()
     summary.collectives = collective_rows(result.collectives)
     if coverage is not None:

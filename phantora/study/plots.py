@@ -1,11 +1,14 @@
 """Sweep plots (matplotlib, the ``study`` extra): simulated time and busbw against each swept
-key, one line per combination of the other keys."""
+key, one line per combination of the other keys; for scripts, the steady step of every point
+as a bar split into its attribution's parts (``attribution.png``)."""
 
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+
+from phantora.report.attribution import PARTS
 
 METRICS = (("simulated_ms", "simulated time (ms)"), ("busbw_gbs", "busbw (GB/s, time-weighted)"))
 
@@ -48,4 +51,27 @@ def plot_sweep(rows: list[dict[str, Any]], keys: list[str], out_dir: Path,
         figure.savefig(path, dpi=110)
         plt.close(figure)
         paths.append(path)
+    attributed = [row for row in ok if row.get("step_ms") is not None]
+    if attributed:
+        paths.append(_plot_attribution(plt, attributed, keys, out_dir))
     return paths
+
+
+def _plot_attribution(plt: Any, rows: list[dict[str, Any]], keys: list[str],
+                      out_dir: Path) -> Path:
+    """One stacked bar per point: its steady step split into parts."""
+    labels = ["\n".join(f"{key}={row[key]}" for key in keys) for row in rows]
+    figure, axis = plt.subplots(figsize=(max(6.0, 1.2 * len(rows)), 4.5))
+    bottom = [0.0] * len(rows)
+    for part in PARTS:
+        heights = [row[f"{part}_ms"] for row in rows]
+        axis.bar(labels, heights, bottom=bottom, label=part.replace("_", " "))
+        bottom = [b + h for b, h in zip(bottom, heights)]
+    axis.set_ylabel("steady step (ms)")
+    axis.legend(fontsize="small")
+    axis.tick_params(axis="x", labelsize="small")
+    figure.tight_layout()
+    path = out_dir / "attribution.png"
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path

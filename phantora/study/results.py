@@ -4,7 +4,9 @@ Columns: ``point``, each swept key, ``mode`` (live / replay / invalid), ``status
 error), ``error``, ``simulated_ms`` (the whole script, or the whole collectives sweep),
 ``comm_ms`` (summed collective time), ``busbw_gbs`` (the collectives' busbw weighted by their
 time), ``collectives``, ``flows``, ``replay_vs_live_pct`` (replays: against the base
-recording), ``wall_s`` and ``out``.
+recording), the steady step and its attribution for scripts (``step_ms`` and one
+``<part>_ms`` per part of :data:`~phantora.report.attribution.PARTS`, mean over live ranks),
+``wall_s`` and ``out``.
 """
 
 import csv
@@ -13,7 +15,11 @@ from typing import Any
 
 from rich.console import Console
 
+from phantora.report.attribution import PARTS
 from phantora.study.sweep import SweepPoint
+
+STEP_COLUMNS = ("step_ms", *(f"{part}_ms" for part in PARTS))
+"""The steady step's columns, from ``summary.json``'s ``attribution``."""
 
 
 def point_row(point: SweepPoint, mode: str, summary: dict[str, Any] | None, error: str,
@@ -23,7 +29,7 @@ def point_row(point: SweepPoint, mode: str, summary: dict[str, Any] | None, erro
                            "mode": mode, "status": "ok" if summary and not error else "error",
                            "error": error or ("" if summary else "no summary.json written")}
     metrics = dict.fromkeys(("simulated_ms", "comm_ms", "busbw_gbs", "collectives", "flows",
-                             "replay_vs_live_pct"))
+                             "replay_vs_live_pct", *STEP_COLUMNS))
     if summary:
         rows = summary.get("collectives") or []
         time_us = [r["time_us"] * r.get("count", 1) for r in rows]
@@ -36,6 +42,10 @@ def point_row(point: SweepPoint, mode: str, summary: dict[str, Any] | None, erro
             collectives=sum(r.get("count", 1) for r in rows),
             flows=sum(r["flows"] * r.get("count", 1) for r in rows),
             replay_vs_live_pct=(summary.get("replay") or {}).get("difference_pct"))
+        steady = (summary.get("attribution") or {}).get("steady")
+        if steady:
+            metrics.update({column: round(steady[column.removesuffix("_ms") + "_ns"] / 1e6, 6)
+                            for column in STEP_COLUMNS})
     return {**row, **metrics, "wall_s": round(wall_s, 2),
             "out": "" if point.scenario is None else f"p{point.index}"}
 

@@ -19,6 +19,18 @@ def _cases() -> list[object]:
             for e in example_scenarios()]
 
 
+def _check_attribution(attribution: dict, steps: list, expected_steps: int) -> None:
+    """Every live rank's step is split into parts that sum to it, one window per optimizer
+    step, and rank 0's steady windows are the steps its script timed (within 1%)."""
+    for step in attribution["steps"]:
+        parts_ns = sum(step[f"{part}_ns"] for part in attribution["parts"])
+        assert parts_ns == step["duration_ns"], step
+    rank0 = [step["duration_ns"] for step in attribution["steps"] if step["rank"] == 0]
+    assert len(rank0) == expected_steps
+    logged_ms = sum(s.wall_ms for s in steps[1:]) / len(steps[1:])
+    assert sum(rank0[1:]) / len(rank0[1:]) / 1e6 == pytest.approx(logged_ms, rel=0.01)
+
+
 @pytest.mark.parametrize("example", _cases())
 def test_example_scenario_runs_live(example: ExampleScenario, tmp_path: Path,
                                     run_cli: Callable[[list[str]], None]) -> None:
@@ -44,6 +56,7 @@ def test_example_scenario_runs_live(example: ExampleScenario, tmp_path: Path,
         assert step.wall_ms > 0
     # the script's perf_counter reads virtual time, which the run as a whole covers
     assert sum(s.wall_ms for s in steps) * 1e6 <= summary["simulated_ns"]
+    _check_attribution(summary["attribution"], steps, expected_steps)
     for rank, log in logs.items():
         peak = peak_memory_line(log, rank)
         assert peak is not None and peak.endswith(" GiB") and float(peak.split()[0]) > 0, (

@@ -1,6 +1,7 @@
 """Sweeps, record and replay end to end through the CLI (sequential path: CI has no Ray)."""
 
 import csv
+import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from phantora.cli import main
+from phantora.report.attribution import PARTS
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
@@ -52,6 +54,11 @@ def test_script_sweep_records_once_and_replays_every_point(tmp_path: Path) -> No
     busbw = {(row["nccl.protocol"], row["nccl.channels"]): float(row["busbw_gbs"])
              for row in table}
     assert busbw[("ll", "16")] > busbw[("ll", "2")]  # channels matter to the collectives
+    for row in table:  # each point's steady step, split into its attribution's parts
+        parts_ms = sum(float(row[f"{part}_ms"]) for part in PARTS)
+        assert float(row["step_ms"]) == pytest.approx(parts_ms, rel=1e-3)
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert (out / "plots" / "attribution.png").is_file()
 
     replay_out = tmp_path / "replay"
     assert main(["replay", str(out / "base"), str(SCENARIOS / "h100x2-gpt-ddp.yaml"),
@@ -61,6 +68,11 @@ def test_script_sweep_records_once_and_replays_every_point(tmp_path: Path) -> No
     live = json.loads((out / "base" / "summary.json").read_text())
     assert summary["simulated_ns"] == pytest.approx(live["simulated_ns"], rel=0.05)
     assert summary["replay"]["not_replayed"]
+    # the replay moves the live run's step ends onto its own clock
+    replayed, recorded = summary["attribution"], live["attribution"]
+    assert len(replayed["steps"]) == len(recorded["steps"]) > 1
+    assert replayed["steady"]["step_ns"] == pytest.approx(recorded["steady"]["step_ns"],
+                                                          rel=0.05)
 
     assert main(["replay", str(out / "base"), str(SCENARIOS / "2x4-h100-rail-gpt-ddp.yaml"),
                  "--out", str(tmp_path / "bad")]) == 2
