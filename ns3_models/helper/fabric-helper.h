@@ -10,6 +10,10 @@
 //    holding up to `switchBufferBytes`.
 // The device queue below every queue disc holds a single packet, so the queue disc sees
 // (and orders, and marks) the real backlog.
+// Link failures (ScheduleLinkDown): at the given time both Ipv4 interfaces of the link go down
+// and global routing is recomputed, so ECMP hashes over the remaining next hops. Packets on
+// the link or queued for it then still cross it and die at the down interface on arrival
+// (counted by GetLinkDownDrops); TCP retransmits them.
 #pragma once
 
 #include "helper/hash-ecmp-routing-helper.h"
@@ -20,18 +24,23 @@
 #include "ns3/double.h"
 #include "ns3/internet-stack-helper.h"
 #include "ns3/ipv4-global-routing-helper.h"
+#include "ns3/ipv4-header.h"
 #include "ns3/ipv4-interface-address.h"
+#include "ns3/ipv4-l3-protocol.h"
 #include "ns3/ipv4.h"
 #include "ns3/node-container.h"
+#include "ns3/packet.h"
 #include "ns3/point-to-point-helper.h"
 #include "ns3/point-to-point-net-device.h"
 #include "ns3/queue-disc.h"
 #include "ns3/queue-size.h"
 #include "ns3/queue.h"
+#include "ns3/simulator.h"
 #include "ns3/traffic-control-helper.h"
 #include "ns3/traffic-control-layer.h"
 #include "ns3/uinteger.h"
 
+#include <array>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -101,6 +110,35 @@ class FabricHelper
             InstallLink(index, m_links[index]);
         }
         Ipv4GlobalRoutingHelper::PopulateRoutingTables();
+        for (uint32_t node = 0; node < m_nodes.GetN(); ++node)
+        {
+            m_nodes.Get(node)->GetObject<Ipv4L3Protocol>()->TraceConnectWithoutContext(
+                "Drop", MakeCallback(&FabricHelper::CountDrop, this));
+        }
+    }
+
+    /// Link `link` (in AddLink order) goes down at `atNs` (absolute, not before now) and stays
+    /// down. Throws std::out_of_range for a bad link or time.
+    void ScheduleLinkDown(uint32_t link, int64_t atNs)
+    {
+        ns3::Time delay = ns3::NanoSeconds(atNs) - ns3::Simulator::Now();
+        if (link >= m_interfaces.size() || delay.IsStrictlyNegative())
+        {
+            throw std::out_of_range("ScheduleLinkDown: link " + std::to_string(link) + " at " +
+                                    std::to_string(atNs) + " ns");
+        }
+        ns3::Simulator::Schedule(delay, &FabricHelper::LinkDown, this, link);
+    }
+
+    uint64_t GetLinkFailures() const
+    {
+        return m_linkFailures;
+    }
+
+    /// Packets that arrived on a down interface (were on a link when it failed) and died there.
+    uint64_t GetLinkDownDrops() const
+    {
+        return m_linkDownDrops;
     }
 
     ns3::Ptr<ns3::Node> GetNode(uint32_t index) const
@@ -174,6 +212,32 @@ class FabricHelper
         uint64_t delayNs;
     };
 
+    void LinkDown(uint32_t link)
+    {
+        using namespace ns3;
+        uint32_t ends[2] = {m_links[link].a, m_links[link].b};
+        for (uint32_t side = 0; side < 2; ++side)
+        {
+            m_nodes.Get(ends[side])->GetObject<Ipv4>()->SetDown(m_interfaces[link][side]);
+        }
+        ++m_linkFailures;
+        Ipv4GlobalRoutingHelper::RecomputeRoutingTables();
+        for (uint32_t node = 0; node < m_nodes.GetN(); ++node)
+        {
+            Ptr<Ipv4> ipv4 = m_nodes.Get(node)->GetObject<Ipv4>();
+            DynamicCast<HashEcmpRouting>(ipv4->GetRoutingProtocol())->ClearRouteCache();
+        }
+    }
+
+    void CountDrop(const ns3::Ipv4Header&,
+                   ns3::Ptr<const ns3::Packet>,
+                   ns3::Ipv4L3Protocol::DropReason reason,
+                   ns3::Ptr<ns3::Ipv4>,
+                   uint32_t)
+    {
+        m_linkDownDrops += reason == ns3::Ipv4L3Protocol::DROP_INTERFACE_DOWN;
+    }
+
     uint32_t AddNode(bool isEndpoint)
     {
         m_nodes.Create(1);
@@ -189,6 +253,7 @@ class FabricHelper
         p2p.SetDeviceAttribute("Mtu", UintegerValue(m_mtuBytes));
         p2p.SetChannelAttribute("Delay", TimeValue(NanoSeconds(link.delayNs)));
         NetDeviceContainer devices = p2p.Install(m_nodes.Get(link.a), m_nodes.Get(link.b));
+        m_interfaces.emplace_back();
 
         // 10.0.0.0 + 4 * index: .1 on side a, .2 on side b, /30.
         uint32_t network = (10U << 24) + (index << 2);
@@ -210,6 +275,7 @@ class FabricHelper
             }
             Ptr<Ipv4> ipv4 = m_nodes.Get(ends[side])->GetObject<Ipv4>();
             int32_t interface = ipv4->AddInterface(device);
+            m_interfaces[index][side] = static_cast<uint32_t>(interface);
             ipv4->AddAddress(interface,
                              Ipv4InterfaceAddress(Ipv4Address(network + 1 + side),
                                                   Ipv4Mask(0xFFFFFFFCU)));
@@ -254,6 +320,9 @@ class FabricHelper
     ns3::NodeContainer m_nodes;
     std::vector<bool> m_isEndpoint;
     std::vector<LinkSpec> m_links;
+    std::vector<std::array<uint32_t, 2>> m_interfaces; // Ipv4 interface of sides a, b per link
+    uint64_t m_linkFailures{0};
+    uint64_t m_linkDownDrops{0};
     std::vector<ns3::Ipv4Address> m_endpointAddress;
     std::vector<ns3::Ptr<ns3::PointToPointNetDevice>> m_devices;
     std::vector<ns3::Ptr<NicQueueDisc>> m_nicQueueDiscs;

@@ -81,6 +81,17 @@ class MessageHelper
         return m_log;
     }
 
+    /// Segments retransmitted by all connections.
+    uint64_t GetRetransmissions() const
+    {
+        uint64_t segments = 0;
+        for (const auto& connection : m_connections)
+        {
+            segments += connection.sender->GetRetransmissions();
+        }
+        return segments;
+    }
+
   private:
     static constexpr uint16_t kFirstLocalPort = 10000;
     static constexpr uint16_t kLastLocalPort = 49151; // ns-3 allocates ephemeral ports above

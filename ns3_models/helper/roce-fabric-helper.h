@@ -7,6 +7,12 @@
 // watchdog runs while any port is paused: a pause in force longer than `watchdogPs` fails the
 // run and names the paused ports, and the cycle among them if they wait on each other (a PFC
 // deadlock), instead of letting the simulation hang.
+//
+// Link failures (ScheduleLinkDown): at the given time the link's two ports are marked down and
+// every switch's routes are recomputed without them, so ECMP hashes over the remaining next
+// hops. What was already queued on (or in flight over) the link drains to its peer: nothing
+// is lost, and no drop ever comes from a failure. Packets of a queue pair on its new path may
+// overtake those still draining; the receiving NIC places them by offset (roce-nic.h).
 #pragma once
 
 #include "model/message-log.h"
@@ -43,6 +49,17 @@ struct RocePortReport
     double pausedUs;
     uint64_t maxQueueBytes;
     uint64_t ecnMarks;
+};
+
+/// What link failures did: links down so far, packets that left through a down link after it
+/// failed (queued there when it went down), (switch, destination) route sets that changed,
+/// and data packets that reached their NIC ahead of an earlier packet of their queue pair.
+struct RoceFailureTotals
+{
+    uint64_t linkFailures;
+    uint64_t drainedPackets;
+    uint64_t changedRoutes;
+    uint64_t reorderedPackets;
 };
 
 /// Queue-pair counters summed over the fabric.
@@ -99,6 +116,7 @@ class RoceFabricHelper : public roce::PauseListener
         roce::Port* pb = NewPort(b, bitsPerSecond, delayNs);
         pa->peer = pb;
         pb->peer = pa;
+        m_links.push_back(pa);
     }
 
     /// Size the switch buffers and compute routes. Throws std::invalid_argument naming the
@@ -118,16 +136,33 @@ class RoceFabricHelper : public roce::PauseListener
                 {
                     throw std::invalid_argument(problem);
                 }
-                m_switches[node]->Routes().assign(m_isEndpoint.size(), {});
             }
         }
-        for (uint32_t dst = 0; dst < m_isEndpoint.size(); ++dst)
+        ComputeRoutes();
+    }
+
+    /// Link `link` (in AddLink order) goes down at `atNs` (absolute, not before now) and stays
+    /// down. Throws std::out_of_range for a bad link or time.
+    void ScheduleLinkDown(uint32_t link, int64_t atNs)
+    {
+        int64_t now = ns3::Simulator::Now().GetTimeStep();
+        if (link >= m_links.size() || atNs < now)
         {
-            if (m_isEndpoint[dst])
-            {
-                RouteTowards(dst);
-            }
+            throw std::out_of_range("ScheduleLinkDown: link " + std::to_string(link) + " at " +
+                                    std::to_string(atNs) + " ns");
         }
+        ns3::Simulator::Schedule(ns3::TimeStep(atNs - now), &RoceFabricHelper::LinkDown, this,
+                                 link);
+    }
+
+    RoceFailureTotals GetFailureTotals() const
+    {
+        RoceFailureTotals totals{m_linkFailures, 0, m_changedRoutes, m_ctx.reorderedPackets};
+        for (const auto& port : m_ports)
+        {
+            totals.drainedPackets += port->down ? port->txPackets - port->txAtDown : 0;
+        }
+        return totals;
     }
 
     /// A queue pair from endpoint `src` to `dst`; `tag` tells parallel ones apart (and gives
@@ -317,8 +352,50 @@ class RoceFabricHelper : public roce::PauseListener
         return port;
     }
 
-    /// Breadth-first from `dst` (endpoints other than `dst` are never transit); every switch
-    /// gets the ports whose neighbour is one hop closer.
+    /// Every switch's equal-cost ports towards every endpoint, over the links that are up.
+    void ComputeRoutes()
+    {
+        for (auto& sw : m_switches)
+        {
+            if (sw)
+            {
+                sw->Routes().assign(m_isEndpoint.size(), {});
+            }
+        }
+        for (uint32_t dst = 0; dst < m_isEndpoint.size(); ++dst)
+        {
+            if (m_isEndpoint[dst])
+            {
+                RouteTowards(dst);
+            }
+        }
+    }
+
+    void LinkDown(uint32_t link)
+    {
+        for (roce::Port* port : {m_links[link], m_links[link]->peer})
+        {
+            port->down = true;
+            port->txAtDown = port->txPackets;
+        }
+        ++m_linkFailures;
+        std::vector<std::vector<std::vector<uint16_t>>> before;
+        for (const auto& sw : m_switches)
+        {
+            before.push_back(sw ? sw->Routes() : std::vector<std::vector<uint16_t>>{});
+        }
+        ComputeRoutes();
+        for (std::size_t node = 0; node < m_switches.size(); ++node)
+        {
+            for (std::size_t dst = 0; m_switches[node] && dst < before[node].size(); ++dst)
+            {
+                m_changedRoutes += before[node][dst] != m_switches[node]->Routes()[dst];
+            }
+        }
+    }
+
+    /// Breadth-first from `dst` over links that are up (endpoints other than `dst` are never
+    /// transit); every switch gets the ports whose neighbour is one hop closer.
     void RouteTowards(uint32_t dst)
     {
         constexpr uint32_t kFar = std::numeric_limits<uint32_t>::max();
@@ -336,7 +413,7 @@ class RoceFabricHelper : public roce::PauseListener
             for (roce::Port* port : PortsOf(node))
             {
                 uint32_t next = port->peer->node;
-                if (distance[next] == kFar)
+                if (!port->down && distance[next] == kFar)
                 {
                     distance[next] = distance[node] + 1;
                     frontier.push_back(next);
@@ -352,7 +429,7 @@ class RoceFabricHelper : public roce::PauseListener
             auto& routes = m_switches[node]->Routes()[dst];
             for (roce::Port* port : m_switches[node]->Ports())
             {
-                if (distance[port->peer->node] + 1 == distance[node])
+                if (!port->down && distance[port->peer->node] + 1 == distance[node])
                 {
                     routes.push_back(port->local);
                 }
@@ -459,6 +536,9 @@ class RoceFabricHelper : public roce::PauseListener
     std::vector<std::unique_ptr<roce::Nic>> m_nics;
     std::vector<std::unique_ptr<roce::Switch>> m_switches;
     std::vector<std::unique_ptr<roce::Port>> m_ports;
+    std::vector<roce::Port*> m_links; // side a of each link, in AddLink order
+    uint64_t m_linkFailures{0};
+    uint64_t m_changedRoutes{0};
     int64_t m_pausedPorts{0};
     bool m_watchdogArmed{false};
 };

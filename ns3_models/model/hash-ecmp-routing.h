@@ -83,6 +83,13 @@ class HashEcmpRouting : public ns3::Ipv4GlobalRouting
         return true;
     }
 
+    /// Forget the cached routes: the global routes were recomputed (a link failed), and the
+    /// new table may have as many entries as the old one.
+    void ClearRouteCache()
+    {
+        m_routes.clear();
+    }
+
   protected:
     void DoDispose() override
     {
@@ -129,7 +136,8 @@ class HashEcmpRouting : public ns3::Ipv4GlobalRouting
 
     /// Equal-cost routes towards `destination`, one per equal-cost table entry: host routes
     /// if any, else matching network routes. Built once per destination and shared by its
-    /// packets (forwarding only reads a route); rebuilt when the table size changes.
+    /// packets (forwarding only reads a route); rebuilt when the table size changes or on
+    /// ClearRouteCache.
     const std::vector<ns3::Ptr<ns3::Ipv4Route>>& Routes(ns3::Ipv4Address destination)
     {
         using namespace ns3;

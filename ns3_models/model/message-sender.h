@@ -13,6 +13,8 @@
 #include "ns3/packet.h"
 #include "ns3/simulator.h"
 #include "ns3/socket.h"
+#include "ns3/tcp-header.h"
+#include "ns3/tcp-socket-base.h"
 #include "ns3/tcp-socket-factory.h"
 #include "ns3/uinteger.h"
 
@@ -70,6 +72,12 @@ class MessageSender : public ns3::Application
         }
     }
 
+    /// Segments TCP sent again (after a timeout or a fast retransmit) on this connection.
+    uint64_t GetRetransmissions() const
+    {
+        return m_retransmissions;
+    }
+
   protected:
     void DoDispose() override
     {
@@ -101,6 +109,8 @@ class MessageSender : public ns3::Application
         m_socket->SetConnectCallback(MakeCallback(&MessageSender::HandleConnected, this),
                                      MakeNullCallback<void, Ptr<Socket>>());
         m_socket->SetSendCallback(MakeCallback(&MessageSender::HandleTxSpace, this));
+        m_socket->TraceConnectWithoutContext(
+            "Retransmission", MakeCallback(&MessageSender::CountRetransmission, this));
         UintegerValue segmentSize;
         m_socket->GetAttribute("SegmentSize", segmentSize);
         m_segmentSize = segmentSize.Get();
@@ -187,6 +197,15 @@ class MessageSender : public ns3::Application
         }
     }
 
+    void CountRetransmission(ns3::Ptr<const ns3::Packet>,
+                             const ns3::TcpHeader&,
+                             const ns3::Address&,
+                             const ns3::Address&,
+                             ns3::Ptr<const ns3::TcpSocketBase>)
+    {
+        ++m_retransmissions;
+    }
+
     ns3::Ipv4Address m_remoteAddress;
     uint16_t m_remotePort{5000};
     uint16_t m_localPort{10000};
@@ -198,6 +217,7 @@ class MessageSender : public ns3::Application
     std::deque<PendingMessage> m_pending;
     uint64_t m_unwrittenBytes{0};
     ns3::EventId m_releaseEvent;
+    uint64_t m_retransmissions{0};
 };
 
 } // namespace phantora

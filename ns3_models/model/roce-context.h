@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -99,7 +100,8 @@ struct QueuePair
     uint32_t stage{0};
     ns3::EventId rpTimer;
     // receiver (notification point)
-    uint64_t received{0};
+    uint64_t received{0};               // bytes received without a gap (what acks carry)
+    std::map<uint64_t, uint64_t> ahead; // start -> end of byte ranges received past a gap
     uint64_t expectedTotal{0}; // bytes of all messages announced so far
     std::deque<Expected> expected;
     double lastCnpPs{-1e300};
@@ -120,6 +122,7 @@ struct RoceContext
     uint64_t drops{0};
     uint64_t dataPackets{0};
     uint64_t ackPackets{0};
+    uint64_t reorderedPackets{0}; // data packets that arrived before an earlier one of their QP
 
     /// Stop the run at this event with `why` (kept: the first problem is the cause).
     void Fail(const std::string& why)

@@ -7,6 +7,10 @@
 //
 // Receiver (notification point): every data packet is acked; the ack carries a CNP when the
 // packet was CE-marked (at most one per `cnpIntervalPs` per queue pair when that is > 0).
+// Packets are placed by offset, as NICs that support adaptive routing do: one that overtook
+// an earlier packet of its queue pair (its path changed when a link failed) waits past the
+// gap, acks stay cumulative, and a message completes once every one of its bytes arrived.
+// Nothing is retransmitted (no go-back-N): the fabric never loses a packet.
 //
 // Reaction point (DCQCN as in the HPCC/SimAI forks' "Mellanox" variant): the first CNP sets
 // alpha = 1 and rate *= rateOnFirstCnp; alpha <- (1-g) alpha + g [CNP seen] every alpha
@@ -202,7 +206,7 @@ class Nic : public PortOwner
     void ReceiveData(Packet* p)
     {
         QueuePair& qp = m_ctx.qps[p->qp];
-        qp.received += p->payloadBytes;
+        Place(qp, p->seq - p->payloadBytes, p->seq);
         while (!qp.expected.empty() && qp.received >= qp.expected.front().endOffset)
         {
             m_ctx.log->Record(qp.expected.front().id);
@@ -226,6 +230,23 @@ class Nic : public PortOwner
         p->prio = params.ackHighPriority ? 0 : params.dataPriority;
         ++m_ctx.ackPackets;
         m_port->Enqueue(p);
+    }
+
+    /// Bytes [start, end) of `qp` arrived: extend the gap-free prefix, or wait past the gap.
+    void Place(QueuePair& qp, uint64_t start, uint64_t end)
+    {
+        if (start != qp.received)
+        {
+            ++m_ctx.reorderedPackets;
+            qp.ahead.emplace(start, end);
+            return;
+        }
+        qp.received = end;
+        for (auto next = qp.ahead.begin(); next != qp.ahead.end() && next->first == qp.received;
+             next = qp.ahead.erase(next))
+        {
+            qp.received = next->second;
+        }
     }
 
     /// Reaction point: window accounting and the CNP.

@@ -248,6 +248,10 @@ class Port
     uint64_t ecnMarks{0};       // data packets CE-marked as they left through this port
     uint64_t maxQueueBytes{0};  // longest data queue (priorities 1-7) seen
     double pausedPs{0};         // completed pauses; see PausedPsUntil
+    // A failed link: routing no longer picks it, but what was queued on it when it went down
+    // still leaves (and arrives): the lossless drain model of a link failure.
+    bool down{false};
+    uint64_t txAtDown{0}; // txPackets when it went down
 
   private:
     void ScheduleTx(double atPs)

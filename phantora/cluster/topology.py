@@ -11,6 +11,7 @@ MTU and buffers belong to the backends' own configuration.
 """
 
 from collections import deque
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from enum import Enum
 from math import ceil
@@ -61,6 +62,10 @@ class Topology:
     gpu_nodes: list[int] = field(default_factory=list)
     _adjacent: list[list[tuple[int, int]]] = field(default_factory=list, repr=False)
     _fabric_distance: dict[int, list[int]] = field(default_factory=dict, repr=False)
+    _fabric_distance_down: dict[frozenset[int], dict[int, list[int]]] = field(
+        default_factory=dict, repr=False)
+    """BFS distances per set of failed links, kept apart so the healthy fabric's lookups
+    stay one dict access."""
 
     # -- construction ---------------------------------------------------------------------
     def add_node(self, kind: NodeKind, name: str) -> int:
@@ -117,20 +122,31 @@ class Topology:
         """Indices of the links that make up the inter-host fabric (NICs included)."""
         return [i for i, link in enumerate(self.links) if link.kind is not LinkKind.NVLINK]
 
-    def fabric_next_hops(self, node: int, dst_node: int) -> list[tuple[int, int]]:
+    def fabric_next_hops(self, node: int, dst_node: int,
+                         down: frozenset[int] = frozenset()) -> list[tuple[int, int]]:
         """Equal-cost next hops ``(link, next_node)`` from ``node`` towards ``dst_node``.
 
-        Shortest paths over the fabric only (NVSwitches excluded), as ECMP routing sees them.
+        Shortest paths over the fabric only (NVSwitches excluded), as ECMP routing sees them;
+        links in ``down`` have failed: routing recomputes the shortest paths without them.
         """
-        distance = self._fabric_distance.get(dst_node)
-        if distance is None:
-            distance = self._bfs_fabric(dst_node)
-            self._fabric_distance[dst_node] = distance
-        here = distance[node]
-        return [(link, nxt) for link, nxt in self._adjacent[node]
-                if self.links[link].kind is not LinkKind.NVLINK and distance[nxt] == here - 1]
+        return self._next_hops(node, self._distance_to(dst_node, down), down)
 
-    def _bfs_fabric(self, source: int) -> list[int]:
+    def _distance_to(self, dst_node: int, down: frozenset[int]) -> list[int]:
+        """Fabric hops from every node to ``dst_node`` without the links in ``down`` (cached)."""
+        cache = self._fabric_distance_down.setdefault(down, {}) if down else self._fabric_distance
+        distance = cache.get(dst_node)
+        if distance is None:
+            distance = cache[dst_node] = self._bfs_fabric(dst_node, down)
+        return distance
+
+    def _next_hops(self, node: int, distance: list[int],
+                   down: frozenset[int]) -> list[tuple[int, int]]:
+        here = distance[node]
+        hops = [(link, nxt) for link, nxt in self._adjacent[node]
+                if self.links[link].kind is not LinkKind.NVLINK and distance[nxt] == here - 1]
+        return [hop for hop in hops if hop[0] not in down] if down else hops
+
+    def _bfs_fabric(self, source: int, down: frozenset[int] = frozenset()) -> list[int]:
         unreachable = len(self.nodes) + 1
         distance = [unreachable] * len(self.nodes)
         distance[source] = 0
@@ -138,7 +154,8 @@ class Topology:
         while queue:
             node = queue.popleft()
             for link, nxt in self._adjacent[node]:
-                if self.links[link].kind is LinkKind.NVLINK or distance[nxt] != unreachable:
+                if (self.links[link].kind is LinkKind.NVLINK or distance[nxt] != unreachable
+                        or link in down):
                     continue
                 # GPUs are endpoints: never route through one.
                 if self.nodes[nxt].kind is NodeKind.GPU and nxt != source:
@@ -148,21 +165,56 @@ class Topology:
                 queue.append(nxt)
         return distance
 
-    def fabric_path(self, src_gpu: int, dst_gpu: int, flow_key: int) -> list[int]:
+    def fabric_path(self, src_gpu: int, dst_gpu: int, flow_key: int,
+                    down: frozenset[int] = frozenset()) -> list[int]:
         """Link indices of the ECMP path a flow takes; each switch hashes ``flow_key``.
 
         Per-flow hashing (never per packet), like the ns-3 backend's hash ECMP, though the
         two hash functions differ, so the same flow may pick different equal-cost paths.
+        ``down``: failed links, which the path avoids (see :meth:`partition_by`).
         """
         node, dst = self.gpu_nodes[src_gpu], self.gpu_nodes[dst_gpu]
+        distance = self._distance_to(dst, down)
         path: list[int] = []
         while node != dst:
-            hops = self.fabric_next_hops(node, dst)
+            hops = self._next_hops(node, distance, down)
             if not hops:
                 raise ValueError(f"no fabric route from GPU {src_gpu} to GPU {dst_gpu}")
             link, node = hops[_mix(flow_key, node) % len(hops)] if len(hops) > 1 else hops[0]
             path.append(link)
         return path
+
+    def partition_by(self, links: Collection[int]) -> str | None:
+        """Why failing ``links`` together cuts some GPU off a GPU of another host, or ``None``.
+
+        Reachability over the fabric with GPUs never transit, as routing sees it. A NIC link
+        always cuts its GPU off; an NVLink is no fabric link (the fabric cannot route around
+        it), so failing one counts as a partition too.
+        """
+        down = frozenset(links)
+        names = ", ".join(self.link_name(i) for i in sorted(down))
+        nvlinks = [i for i in sorted(down) if self.links[i].kind is LinkKind.NVLINK]
+        if nvlinks:
+            return (f"link(s) {names} down: {', '.join(map(self.link_name, nvlinks))} is an "
+                    "NVLink, not a fabric link; only fabric and NIC links can fail")
+        if self.hosts < 2 or not down:
+            return None
+        component = [-1] * len(self.nodes)
+        for gpu_node in self.gpu_nodes:
+            if component[gpu_node] < 0:
+                for node, distance in enumerate(self._bfs_fabric(gpu_node, down)):
+                    if distance <= len(self.nodes):
+                        component[node] = gpu_node
+        groups: dict[int, list[int]] = {}
+        for gpu_node in self.gpu_nodes:
+            groups.setdefault(component[gpu_node], []).append(gpu_node)
+        if len(groups) == 1:
+            return None
+        largest = max(groups.values(), key=len)
+        cut = [self.nodes[node].name for group in groups.values() if group is not largest
+               for node in group]
+        return (f"link(s) {names} down cut GPU(s) {', '.join(cut)} off the rest of the fabric "
+                "(some GPUs on different hosts can no longer reach each other)")
 
 
 def _mix(key: int, salt: int) -> int:

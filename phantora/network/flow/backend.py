@@ -18,17 +18,25 @@ Why it is fast enough for ~10^5 flows:
 * A flow keeps its remaining bytes as of one instant and its rate, and is only touched when
   its rate changes; transmission ends sit in a heap with lazy invalidation.
 
+Link failures (``failures``) are instants too: the failed link leaves the routing, every
+connection whose route crosses it moves to the remaining equal-cost paths (hashed again over
+the new next hops), and a transmitting flow keeps its remaining bytes at its rerouted rate.
+Completions scheduled before the failure keep the old route's latency (those bytes left
+already); later ones take the new route's.
+
 Time is integer ns: a transmission end is rounded up to the next ns, and at least 1 ns after
 the instant the rate was set, so every step moves the clock and every flow completes.
 """
 
 import heapq
 from collections import deque
+from collections.abc import Sequence
 from math import ceil
 
 from phantora.cluster.topology import Topology
 from phantora.errors import BackendError
-from phantora.network.base import FlowDone, FlowId, GpuId, NetworkStats
+from phantora.network.base import FlowDone, FlowId, GpuId, LinkFailure, NetworkStats
+from phantora.network.failures import check_failures
 from phantora.network.flow.maxmin import MaxMinSolver
 from phantora.network.flow.routing import SCOPES, Route, Scope, capacities_bytes_per_ns, route
 
@@ -66,14 +74,22 @@ class FluidBackend:
     """Flow-level network model implementing :class:`~phantora.network.base.NetworkBackend`.
 
     ``scope`` selects the flows it accepts: ``"intra"`` (same host, over NVLink),
-    ``"inter"`` (different hosts, over the fabric) or ``"all"``.
+    ``"inter"`` (different hosts, over the fabric) or ``"all"``. ``failures``: links that go
+    down mid-run (checked by :func:`~phantora.network.failures.check_failures`).
     """
 
-    def __init__(self, topology: Topology, scope: Scope = "all") -> None:
+    def __init__(self, topology: Topology, scope: Scope = "all",
+                 failures: Sequence[LinkFailure] = ()) -> None:
         if scope not in SCOPES:
             raise BackendError(f"unknown fluid backend scope {scope!r}; expected one of {SCOPES}")
         self._topology = topology
         self._scope: Scope = scope
+        self._failures = deque(check_failures(topology, failures))
+        """Failures not applied yet, in time order."""
+        self._has_failures = bool(failures)
+        self._down: frozenset[int] = frozenset()
+        """Links failed so far: routes computed from now on avoid them."""
+        self._rerouted = 0
         capacity = capacities_bytes_per_ns(topology)
         self._solver = MaxMinSolver(capacity)
         self._on_resource: list[dict[FlowId, _Flow]] = [{} for _ in range(capacity.size)]
@@ -108,7 +124,8 @@ class FluidBackend:
         key = (src, dst, tag)
         connection = self._connections.get(key)
         if connection is None:
-            connection = _Connection(route(self._topology, self._scope, src, dst, tag))
+            connection = _Connection(route(self._topology, self._scope, src, dst, tag,
+                                           self._down))
             self._connections[key] = connection
         flow = _Flow(self._next_id, connection, nbytes)
         self._next_ns_stale = True
@@ -125,7 +142,8 @@ class FluidBackend:
         return self._now_ns
 
     def next_event_ns(self) -> int | None:
-        """The next instant anything happens (arrival, transmission end or completion).
+        """The next instant anything happens (arrival, transmission end, completion, or a link
+        failure while flows are pending).
 
         Computes pending rates first, so call it after adding every flow of the instant.
         """
@@ -135,6 +153,8 @@ class FluidBackend:
             self._next_ns = min((heap[0][0] for heap in (self._arrivals, self._tx_ends,
                                                           self._completions) if heap),
                                 default=None)
+            if self._next_ns is not None and self._failures:
+                self._next_ns = min(self._next_ns, self._failures[0].at_ns)
             self._next_ns_stale = False
         return self._next_ns
 
@@ -147,10 +167,12 @@ class FluidBackend:
             instant = self.next_event_ns()
             if instant is None or instant > t_ns:
                 self._now_ns = t_ns
+                self._fail_links(t_ns)  # nothing transmits: only idle connections move
                 return []
             self._now_ns = instant
             self._next_ns_stale = True
             self._end_transmissions(instant)
+            self._fail_links(instant)
             while self._arrivals and self._arrivals[0][0] == instant:
                 self._arrive(heapq.heappop(self._arrivals)[2], instant)
             completed = []
@@ -160,12 +182,17 @@ class FluidBackend:
                 return completed
 
     def stats(self) -> NetworkStats:
-        """Flows and bytes added, and how much max-min work they caused."""
-        return NetworkStats(backend="flow", flows=self._next_id, bytes=self._bytes, extra={
+        """Flows and bytes added, and how much max-min work they caused; with ``failures``,
+        also ``link_failures`` (applied so far) and ``rerouted_connections`` (moved by them)."""
+        extra: dict[str, int | float | str] = {
             "rate_computations": self._rate_computations,
             "flows_rated": self._flows_rated,
             "largest_batch_flows": self._largest_batch,
-        })
+        }
+        if self._has_failures:
+            extra["link_failures"] = len(self._down)
+            extra["rerouted_connections"] = self._rerouted
+        return NetworkStats(backend="flow", flows=self._next_id, bytes=self._bytes, extra=extra)
 
     def close(self) -> None:
         """Drop all state; later calls raise ``BackendError``."""
@@ -217,6 +244,33 @@ class FluidBackend:
             self._dirty.update(connection.route.resources)
             self._schedule_completion(flow, t_ns)
             self._start_next(connection, t_ns)
+
+    def _fail_links(self, t_ns: int) -> None:
+        """Take down the links failing by ``t_ns`` (the clock is there) and reroute every
+        connection whose route crosses one; its transmitting flow keeps its remaining bytes."""
+        failed: set[int] = set()
+        while self._failures and self._failures[0].at_ns <= t_ns:
+            failed.add(self._failures.popleft().link)
+        if not failed:
+            return
+        self._down |= failed
+        crossing = {2 * link + direction for link in failed for direction in (0, 1)}
+        for (src, dst, tag), connection in self._connections.items():
+            if crossing.isdisjoint(connection.route.resources):
+                continue
+            new = route(self._topology, self._scope, src, dst, tag, self._down)
+            flow = connection.active
+            if flow is not None:
+                flow.remaining_bytes -= flow.bytes_per_ns * (t_ns - flow.at_ns)
+                flow.at_ns = t_ns
+                for resource in connection.route.resources:
+                    del self._on_resource[resource][flow.flow_id]
+                for resource in new.resources:
+                    self._on_resource[resource][flow.flow_id] = flow
+                self._dirty.update(connection.route.resources)
+                self._dirty.update(new.resources)
+            connection.route = new
+            self._rerouted += 1
 
     def _schedule_completion(self, flow: _Flow, end_tx_ns: int) -> None:
         completion = (end_tx_ns + flow.connection.route.latency_ns, flow.flow_id)

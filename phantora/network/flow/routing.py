@@ -49,8 +49,10 @@ def ecmp_key(topology: Topology, src: GpuId, dst: GpuId, tag: int) -> int:
     return ((src * topology.num_gpus + dst) << 32) | (tag & 0xFFFFFFFF)
 
 
-def route(topology: Topology, scope: Scope, src: GpuId, dst: GpuId, tag: int) -> Route:
-    """The route of connection ``(src, dst, tag)``; raises ``BackendError`` if out of scope."""
+def route(topology: Topology, scope: Scope, src: GpuId, dst: GpuId, tag: int,
+          down: frozenset[int] = frozenset()) -> Route:
+    """The route of connection ``(src, dst, tag)`` avoiding the failed links ``down``; raises
+    ``BackendError`` if out of scope."""
     for name, gpu in (("src", src), ("dst", dst)):
         if not 0 <= gpu < topology.num_gpus:
             raise BackendError(f"{name} GPU {gpu} does not exist; topology {topology.name!r} "
@@ -68,7 +70,7 @@ def route(topology: Topology, scope: Scope, src: GpuId, dst: GpuId, tag: int) ->
         links = [topology.nvlink_of(src), topology.nvlink_of(dst)]
     else:
         try:
-            links = topology.fabric_path(src, dst, ecmp_key(topology, src, dst, tag))
+            links = topology.fabric_path(src, dst, ecmp_key(topology, src, dst, tag), down)
         except ValueError as error:
             raise BackendError(str(error)) from error
     return Route(_directed(topology, src, links), sum(topology.links[i].latency_ns for i in links))

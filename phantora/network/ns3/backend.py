@@ -8,6 +8,12 @@ the counters common to both. Intra-host flows are refused: NVLink traffic belong
 model. A RoCE fabric that drops a packet or stays paused past its watchdog raises
 :class:`~phantora.errors.BackendError` at once, naming the switch and ports.
 
+Link failures (the ``failures`` argument, checked by
+:func:`~phantora.network.failures.check_failures` before ns-3 sees them) are ns-3 events at
+their ``at_ns``: the link leaves the routing and ECMP rehashes over the remaining next hops.
+RoCE drains what was on the link (lossless); TCP loses it and retransmits (see
+:mod:`phantora.network.ns3.roce` and :mod:`phantora.network.ns3.tcp`).
+
 ns-3's simulator is a process-wide singleton, so only one backend may be open at a time;
 ``close()`` destroys the simulation and a new backend may then be created.
 """
@@ -15,11 +21,13 @@ ns-3's simulator is a process-wide singleton, so only one backend may be open at
 import atexit
 import time
 import weakref
+from collections.abc import Sequence
 from typing import Any, Self
 
 from phantora.cluster.topology import Topology
 from phantora.errors import BackendError
-from phantora.network.base import FlowDone, FlowId, GpuId, NetworkStats
+from phantora.network.base import FlowDone, FlowId, GpuId, LinkFailure, NetworkStats
+from phantora.network.failures import check_failures
 from phantora.network.ns3 import loader
 from phantora.network.ns3.config import Ns3Config
 from phantora.network.ns3.fabric import Fabric, check_topology
@@ -37,13 +45,16 @@ class Ns3Backend:
 
     _closed: bool
 
-    def __init__(self, topology: Topology, config: Ns3Config | None = None) -> None:
+    def __init__(self, topology: Topology, config: Ns3Config | None = None,
+                 failures: Sequence[LinkFailure] = ()) -> None:
+        """``failures``: fabric or NIC links of ``topology`` that go down mid-run."""
         global _open_backend
         previous = _open_backend() if _open_backend is not None else None
         if previous is not None and not previous._closed:
             raise BackendError("another Ns3Backend is open in this process; close() it first "
                                "(ns-3's simulator is one per process)")
         self._closed = True  # until construction succeeds
+        self._failures = check_failures(topology, failures, _MAX_TIME_NS)
         setup_start = time.process_time()
         self._config = config if config is not None else Ns3Config()
         self._topology = topology
@@ -59,6 +70,9 @@ class Ns3Backend:
         self._transport: TcpTransport | RoceTransport | None = transport(lib, topology,
                                                                          self._config)
         self._fabric: Fabric | None = self._transport.fabric
+        for failure in self._failures:
+            self._fabric.helper.ScheduleLinkDown(self._fabric.link_index[failure.link],
+                                                 failure.at_ns)
         self._log: Any = self._transport.log
         self._stepper: Any = lib.phantora.SimulationStepper
         self._stepper.Start()
@@ -148,6 +162,7 @@ class Ns3Backend:
                 "transport": self._config.transport,
                 "events": int(self._ns3.Simulator.GetEventCount()),
                 **transport.extra(),
+                **(transport.failure_extra() if self._failures else {}),
                 "completed_flows": self._next_flow_id - self._pending,
                 "simulated_ns": self.now_ns(),
                 "setup_cpu_s": round(self._setup_cpu_s, 3),

@@ -25,6 +25,8 @@ class Fabric:
     """GPU id -> node index in ``helper`` (GPUs without a NIC are absent)."""
     node_names: tuple[str, ...]
     """Topology name of each node of ``helper``, by node index."""
+    link_index: dict[int, int]
+    """Topology link index -> the helper's link index (its ``AddLink`` order; NVLinks absent)."""
 
 
 def build_fabric(helper: Any, topology: Topology) -> Fabric:
@@ -35,9 +37,11 @@ def build_fabric(helper: Any, topology: Topology) -> Fabric:
     """
     gpu_of_node = {node: gpu for gpu, node in enumerate(topology.gpu_nodes)}
     fabric_index: dict[int, int] = {}
-    for link in topology.links:
+    link_index: dict[int, int] = {}
+    for index, link in enumerate(topology.links):
         if link.kind is LinkKind.NVLINK:
             continue
+        link_index[index] = len(link_index)
         for node in (link.a, link.b):
             if node not in fabric_index:
                 is_gpu = topology.nodes[node].kind is NodeKind.GPU
@@ -52,7 +56,7 @@ def build_fabric(helper: Any, topology: Topology) -> Fabric:
     helper.Install()
     gpu_node = {gpu_of_node[node]: index for node, index in fabric_index.items()
                 if node in gpu_of_node}
-    return Fabric(helper, gpu_node, tuple(names))
+    return Fabric(helper, gpu_node, tuple(names), link_index)
 
 
 def check_topology(topology: Topology) -> None:

@@ -9,6 +9,11 @@ before NCCL runs), so a message starts at line rate.
 Framing: a packet of ``mtu`` IP bytes carries ``mtu - 44`` bytes of payload (IPv4 20, UDP 8,
 InfiniBand BTH 12, ICRC 4) and takes ``mtu + 38`` bytes of line time (Ethernet header and FCS
 18, preamble and inter-frame gap 20); an ack (with AETH) takes 86, a PFC frame 84.
+
+A failed link leaves the routing at once, but what was queued on it or in flight over it
+then still arrives (the lossless drain model: a RoCE fabric must not drop). A queue pair's
+packets on its new path may overtake those draining; the receiving NIC places them by offset
+and completes a message when all its bytes are in (no go-back-N).
 """
 
 import math
@@ -101,6 +106,16 @@ class RoceTransport:
             "max_cnps_per_queue_pair": int(flows.maxCnpsPerQp),
             "min_rate_gbps": round(float(flows.minRateBps) / 1e9, 6),
         }
+
+    def failure_extra(self) -> dict[str, int | float]:
+        """Counters of link failures: links down so far, packets that left through a down
+        link after it failed (drained), (switch, destination) route sets that changed, and
+        data packets that reached their NIC ahead of an earlier one of their queue pair."""
+        totals = self.fabric.helper.GetFailureTotals()
+        return {"link_failures": int(totals.linkFailures),
+                "drained_packets": int(totals.drainedPackets),
+                "changed_routes": int(totals.changedRoutes),
+                "reordered_packets": int(totals.reorderedPackets)}
 
     def hot_ports(self) -> list[dict[str, object]]:
         """The ports that were paused longest (then the longest queues), named by link."""

@@ -6,6 +6,9 @@ NCCL channel's connection. Connections open lazily: the first flow of a key crea
 connection at the backend's current time, so that flow pays the 3-way handshake (one round
 trip, a few microseconds) and slow start from ``tcp_initial_cwnd_segments``; later flows reuse
 the open connection and its congestion window.
+
+A failed link's two interfaces go down and global routing is recomputed; packets that were on
+the link then die at the down interface and TCP retransmits them (``retransmissions``).
 """
 
 from types import SimpleNamespace
@@ -57,7 +60,15 @@ class TcpTransport:
                 "packet_hops": int(helper.GetPacketHops()),
                 "drops": int(helper.GetDrops()),
                 "ecn_marks": int(helper.GetEcnMarks()),
+                "retransmissions": int(self._messages.GetRetransmissions()),
                 "connections": len(self._connections)}
+
+    def failure_extra(self) -> dict[str, int | float]:
+        """Counters of link failures: links down so far, and packets that were on a link when
+        it failed and died at its down interface."""
+        helper = self.fabric.helper
+        return {"link_failures": int(helper.GetLinkFailures()),
+                "link_down_drops": int(helper.GetLinkDownDrops())}
 
     def hot_ports(self) -> list[dict[str, object]]:
         return []
