@@ -1,14 +1,14 @@
 """The seam between the fake device and the distributed side inside one rank process.
 
-The fake CUDA device (``intercept.fake_mode`` and friends) reports what the script does on the
-GPU through :class:`RankRuntime`: kernels, events, stream waits, host syncs. The process-group
-backend (``intercept.process_group``) reports collectives. The runtime stamps each with the
-rank's :class:`~intercept.clock.VirtualClock`, charges what the reference host's CPU pays for the
-operation (``intercept.host_cost``: per op family, per collective; in counted mode the autograd
-layer's work too), counts the calling thread's Python work (counted mode,
-``intercept.python_work``) or replaces the script's measured CPU since the thread's previous
-operation by a robust estimate (``intercept.residual``), and hands it to the
-:class:`~intercept.client.CoordinatorClient`.
+The fake CUDA device (``intercept.dispatch.fake_mode`` and friends) reports what the script does on
+the GPU through :class:`RankRuntime`: kernels, events, stream waits, host syncs. The process-group
+backend (``intercept.distributed.process_group``) reports collectives. The runtime stamps each with
+the rank's :class:`~intercept.host_time.clock.VirtualClock`, charges what the reference host's CPU
+pays for the operation (``intercept.host_time.host_cost``: per op family, per collective; in counted
+mode the autograd layer's work too), counts the calling thread's Python work (counted mode,
+``intercept.host_time.python_work``) or replaces the script's measured CPU since the thread's
+previous operation by a robust estimate (``intercept.host_time.residual``), and hands it to the
+:class:`~intercept.process.client.CoordinatorClient`.
 
 Collectives run on the process group's own stream, as ProcessGroupNCCL does: that stream first
 waits for the caller's current stream, runs the collective, and records an event that the
@@ -28,12 +28,12 @@ from typing import ClassVar
 
 import numpy as np
 
-from intercept.client import CoordinatorClient, ValueSink
-from intercept.clock import VirtualClock
-from intercept.gemm_heuristic import GemmShapeCache, load_kernel_map
-from intercept.host_cost import CUBLAS_GEMMS, HostCostTable, load_table
-from intercept.python_work import CountedWork
-from intercept.residual import ResidualSmoother
+from intercept.host_time.clock import VirtualClock
+from intercept.host_time.gemm_heuristic import GemmShapeCache, load_kernel_map
+from intercept.host_time.host_cost import CUBLAS_GEMMS, HostCostTable, load_table
+from intercept.host_time.python_work import CountedWork
+from intercept.host_time.residual import ResidualSmoother
+from intercept.process.client import CoordinatorClient, ValueSink
 from phantora.cluster.catalogue import GpuSpec
 from phantora.compute.model import KernelCost
 from phantora.compute.spec import KernelSpec

@@ -1,6 +1,6 @@
 """Which of this machine's CPUs a simulation runs on.
 
-A rank's virtual time counts its script's CPU time (``intercept.clock``), so anything that
+A rank's virtual time counts its script's CPU time (``intercept.host_time.clock``), so anything that
 slows this machine's CPUs while the script runs lands in the estimate. On a machine of at most
 two CPUs that slow each other like hyper-thread siblings, a one-rank simulation runs on one CPU
 by default; several ranks are not pinned (time-sharing one CPU made them slower and further from

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from intercept.allocator import CachingAllocator
+from intercept.memory.allocator import CachingAllocator
 
 MiB = 2**20
 CALLS = 40_000

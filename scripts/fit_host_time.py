@@ -1,4 +1,4 @@
-"""Fit the host-time constants of ``intercept.host_fit`` on real training steps.
+"""Fit the host-time constants of ``intercept.host_time.host_fit`` on real training steps.
 
 The real steps (``--real``, e.g. ``scripts/data/host_fit/h200x2-6layer.txt``: the example
 scripts at a configuration outside the accuracy harness, measured on a lent GPU machine) are
@@ -6,8 +6,8 @@ simulated here with the shipped constants. A host-bound step's simulated time mo
 with the three constants: its counted Python work (``summary.json``: ``host_time`` residual)
 scales with the cold-code factor, its DTensor dispatches and autograd nodes (the steps' fourth
 and fifth numbers) with their per-op and per-node costs. The residual also holds the member
-walks charged hot (``intercept.python_work.HOT_WALKS``), which the factor does not scale: a
-fit that moves the factor far is run again until the multipliers are about 1. The multipliers
+walks charged hot (``intercept.host_time.python_work.HOT_WALKS``), which the factor does not scale:
+a fit that moves the factor far is run again until the multipliers are about 1. The multipliers
 that minimise the steps' relative squared error are solved for, and the new constants written
 (``--write``).
 Then the accuracy harness (``validate_accuracy.py``) checks them on cases they were not fitted
@@ -121,7 +121,7 @@ def main() -> None:
                         help="folder of the simulator outputs")
     parser.add_argument("--write", type=Path, help="write the fitted constants here")
     args = parser.parse_args()
-    from intercept.host_fit import load_fit
+    from intercept.host_time.host_fit import load_fit
 
     script_args, real = read_real(args.real)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,5 @@
 """Measure what cuBLAS costs the host for products of row counts new to the process, as an MoE
-step runs them; then fit ``intercept.gemm_heuristic``'s costs.
+step runs them; then fit ``intercept.host_time.gemm_heuristic``'s costs.
 
 On a GPU machine, each in a fresh process:
 
@@ -39,7 +39,8 @@ It reports per step the measured new-shape host time and what the simulator's
       scenarios/examples/moe_ep.py --model moe-600m --batch-size 4 --routing learned
   python3 scripts/measure_gemm_heuristic.py --replay trace_b8.json --out "$OUT/replay-b8.json"
   # here
-  python3 scripts/measure_gemm_heuristic.py --fit scripts/data/gemm_heuristic/h100x1-training-b4-*.json \\
+  python3 scripts/measure_gemm_heuristic.py --fit
+  scripts/data/gemm_heuristic/h100x1-training-b4-*.json \\
       --check scripts/data/gemm_heuristic/h100x1-training-b8-*.json --write
 """
 
@@ -131,8 +132,8 @@ PRODUCT_SHAPES: dict[str, tuple[str, Callable[[int, int], tuple[int | None, int 
     "dgrad_down": ("nn", lambda d, h: (None, h, d)), "dgrad_up": ("nn", lambda d, h: (None, d, h)),
     "wgrad_down": ("tn", lambda d, h: (d, h, None)), "wgrad_up": ("tn", lambda d, h: (h, d, None)),
 }
-"""Per expert product, its layout and ``(m, n, k)`` as ``intercept.op_costs`` names an ``mm``
-of it (``d_model``, ``hidden`` given), None where the routed tokens go."""
+"""Per expert product, its layout and ``(m, n, k)`` as ``intercept.dispatch.op_costs`` names an
+``mm`` of it (``d_model``, ``hidden`` given), None where the routed tokens go."""
 KERNEL_MAP_CHUNK = 2048
 """Products per profiler session of ``--kernel-map`` (keeps each trace small)."""
 
@@ -279,8 +280,8 @@ def profile(out: Path, script: Path, script_args: list[str]) -> None:
 def new_output_calls(log: list[list[Any]]) -> list[tuple[int, int | None, int, float]]:
     """``(step, distance, seen, host_us)`` of every call whose output shape was new, with the
     distance to the nearest row count its product ran and how many it had run, as
-    ``intercept.gemm_heuristic`` reckons them."""
-    from intercept.gemm_heuristic import ProductRows
+    ``intercept.host_time.gemm_heuristic`` reckons them."""
+    from intercept.host_time.gemm_heuristic import ProductRows
 
     rows = ProductRows()
     step, out = 0, []
@@ -298,11 +299,11 @@ def repeat_us(log: list[list[Any]]) -> float:
 
 
 def fit(logs: list[list[list[Any]]]) -> dict[str, Any]:
-    """The costs of ``intercept.gemm_heuristic`` from the pooled calls of several logs, each
-    call's extra taken over its own log's repeat cost (module doc)."""
+    """The costs of ``intercept.host_time.gemm_heuristic`` from the pooled calls of several logs,
+    each call's extra taken over its own log's repeat cost (module doc)."""
     import numpy as np
 
-    from intercept.gemm_heuristic import distance_bin
+    from intercept.host_time.gemm_heuristic import distance_bin
 
     calls = [(distance, seen, us - same) for log in logs for same in [repeat_us(log)]
              for _, distance, seen, us in new_output_calls(log)]
@@ -327,7 +328,7 @@ def fit(logs: list[list[list[Any]]]) -> dict[str, Any]:
 
 
 def shape_of(product: str, rows: int) -> tuple[str, str, str, int, int, int, int]:
-    """The ``intercept.gemm_heuristic`` shape of a logged ``moe-600m`` expert product."""
+    """The ``intercept.host_time.gemm_heuristic`` shape of a logged ``moe-600m`` expert product."""
     layout, dims = PRODUCT_SHAPES[product]
     m, n, k = (rows if size is None else size for size in dims(D_MODEL, HIDDEN))
     return "mm", "bf16", layout, 1, m, n, k
@@ -337,7 +338,7 @@ def kernel_costs(logs: list[list[list[Any]]], kernel_map: Any) -> dict[str, int]
     """``new_shape_ns``: the mean extra host time of a new shape whose kernels the process had
     launched; ``new_kernel_ns``: how much more a new shape with a kernel new to the process
     cost, on average (pooled over ``logs``, each call's extra over its own log's repeat cost)."""
-    from intercept.gemm_heuristic import LaunchedKernels
+    from intercept.host_time.gemm_heuristic import LaunchedKernels
 
     known, first = [], []
     for log in logs:
@@ -357,7 +358,7 @@ def per_step_ms(log: list[list[Any]], costs: dict[str, Any],
     """Per step, the new-shape calls' measured extra host ms and what the simulator's
     ``GemmShapeCache`` charges for the log's calls with these costs (``kernel_map`` None: the
     mean-cost model of unmapped products)."""
-    from intercept.gemm_heuristic import GemmShapeCache, heuristic_from_json
+    from intercept.host_time.gemm_heuristic import GemmShapeCache, heuristic_from_json
 
     cache = GemmShapeCache(heuristic_from_json({**costs, "reference": "-", "provenance": {}}),
                            kernel_map)
@@ -423,7 +424,7 @@ def main() -> None:
     if not args.fit:
         parser.error("give --profile, --replay or --kernel-map (on a GPU machine), or --fit")
     sys.path.insert(0, str(REPO))
-    from intercept.gemm_heuristic import load_kernel_map
+    from intercept.host_time.gemm_heuristic import load_kernel_map
 
     shipped_map = load_kernel_map(args.gpu)
     if shipped_map is None:

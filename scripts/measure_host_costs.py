@@ -1,5 +1,5 @@
 """Host CPU time a real GPU host spends per intercepted operation, per op family: the table
-``intercept.host_cost`` charges (``phantora/calibration/data/host_costs.json``).
+``intercept.host_time.host_cost`` charges (``phantora/calibration/data/host_costs.json``).
 
   # 1. on a lent GPU machine (one GPU is enough), from the repository root:
   python3 scripts/measure_host_costs.py --json /tmp/host_costs.json
@@ -28,7 +28,8 @@ minimum of ``--rounds`` rounds. Families:
 * ``ddp``, ``fsdp2``, ``dtensor``, ``cuda_graph``: the host time those frameworks add per bucket,
   per parameter group, per op, per replay.
 
-Products of shapes new to the process (cuBLAS's heuristic) are ``scripts/measure_gemm_heuristic.py``'s.
+Products of shapes new to the process (cuBLAS's heuristic) are
+``scripts/measure_gemm_heuristic.py``'s.
 
 Torch and the standard library only, so it runs with the device machines' own Python.
 """
@@ -390,7 +391,7 @@ FAMILY_CASES: dict[str, tuple[str, ...]] = {
     "index": ("index_select",),
     "foreach": ("_foreach_add_ x1", "_foreach_mul_ scalar x1"),
 }
-"""Which measured cases stand for each family of ``intercept.host_cost.family_of``: the
+"""Which measured cases stand for each family of ``intercept.host_time.host_cost.family_of``: the
 family's cost is the median of their medians."""
 COLLECTIVE_CASES: dict[str, tuple[str, ...]] = {
     "all_reduce": ("all_reduce async 16 MiB",),
@@ -429,8 +430,8 @@ OP_CASES: dict[str, tuple[str, str | None]] = {
     "nonzero": ("nonzero 16k (syncs)", None),
     "_unique2": ("unique 16k (syncs)", None),
 }
-"""The ``ops_ns`` rows of the table (``intercept.host_cost``): per aten name, its ``ops`` case
-and the case to subtract, if any."""
+"""The ``ops_ns`` rows of the table (``intercept.host_time.host_cost``): per aten name, its ``ops``
+case and the case to subtract, if any."""
 
 
 def anchor_scale(base: dict[str, Any], other: dict[str, Any]) -> float:
@@ -471,8 +472,8 @@ AUTOGRAD_CASES = {"add requires_grad": "add out-of-place bf16 1M",
 
 
 def layers_ns(us: Callable[[str], float]) -> dict[str, int]:
-    """The table's ``layers_ns`` (``intercept.host_cost``): ``autograd_record``, the median extra
-    cost of an op recorded for backward (:data:`AUTOGRAD_CASES`). The engine's work per
+    """The table's ``layers_ns`` (``intercept.host_time.host_cost``): ``autograd_record``, the
+    median extra cost of an op recorded for backward (:data:`AUTOGRAD_CASES`). The engine's work per
     backward node and a DTensor op's dispatch are fitted on real steps instead
     (``scripts/fit_host_time.py``): the ``backward`` rows (a chain of ``mul``: 28 us per node
     with its op) and the ``dtensor`` rows (one op repeated on a one-device mesh: +19 us) are
@@ -484,8 +485,8 @@ def layers_ns(us: Callable[[str], float]) -> dict[str, int]:
 def derive_table(raw: dict[str, Any], reference: str,
                  op_records: list[dict[str, Any]]) -> dict[str, Any]:
     """The ``phantora/calibration/data/host_costs.json`` form of a raw record (see
-    ``intercept.host_cost``), its ``ops_ns`` from ``op_records`` (:func:`ops_ns`); raises where
-    a case it needs is missing or had no valid round."""
+    ``intercept.host_time.host_cost``), its ``ops_ns`` from ``op_records`` (:func:`ops_ns`); raises
+    where a case it needs is missing or had no valid round."""
     us = _case_us(raw, "--import-raw")
     ops, scales = ops_ns(raw, op_records)
 

@@ -1,4 +1,4 @@
-"""Measure a host's speed on the host-CPU benchmark (``intercept.host_speed``).
+"""Measure a host's speed on the host-CPU benchmark (``intercept.host_time.host_speed``).
 
 Run on a GPU host to get its reference numbers, or here to see this machine's speed against
 them (quiet, or with ``--load N`` busy-looping processes beside it). Needs only torch and the
@@ -15,7 +15,7 @@ Usages (from the repository root):
           --reference h100-host --gpus h100 --description "..." \\
           --write phantora/calibration/data/host_speed.json
 
-A *measurement* is :func:`intercept.host_benchmark.measure`: each component's fastest of
+A *measurement* is :func:`intercept.host_time.host_benchmark.measure`: each component's fastest of
 ``--rounds`` rounds (thread CPU time). The script takes ``--repeats`` measurements one after the
 other and reports each; a host's reference number for a component is the median of its
 measurements.
@@ -39,7 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anyw
 # torch component runs (it is skipped where torch is not imported).
 import torch
 
-from intercept import host_benchmark, host_references
+from intercept.host_time import host_benchmark
+from phantora.calibration import host_references
 
 _NS_PER_MS = 1e6
 
@@ -59,7 +60,7 @@ def system() -> dict[str, Any]:
     """What the numbers were taken on."""
     return {"cpu": cpu_model(), "cpus": os.cpu_count(), "python": platform.python_version(),
             "torch": torch.__version__, "platform": platform.platform(),
-            "benchmark_version": host_benchmark.BENCHMARK_VERSION}
+            "benchmark_version": host_references.BENCHMARK_VERSION}
 
 
 def _spin() -> None:
@@ -119,12 +120,12 @@ def import_record(record_path: Path, name: str, gpus: list[str], description: st
                   data_path: Path) -> None:
     """Put the record's median components into ``data_path`` as reference host ``name``."""
     record = json.loads(record_path.read_text())
-    if record["system"]["benchmark_version"] != host_benchmark.BENCHMARK_VERSION:
+    if record["system"]["benchmark_version"] != host_references.BENCHMARK_VERSION:
         raise SystemExit(f"{record_path} is of benchmark version "
                          f"{record['system']['benchmark_version']}, not "
-                         f"{host_benchmark.BENCHMARK_VERSION}")
+                         f"{host_references.BENCHMARK_VERSION}")
     document: dict[str, Any] = (json.loads(data_path.read_text()) if data_path.exists() else
-                                {"benchmark_version": host_benchmark.BENCHMARK_VERSION,
+                                {"benchmark_version": host_references.BENCHMARK_VERSION,
                                  "fallback": name, "hosts": {}})
     system_info = record["system"]
     document["hosts"][name] = {

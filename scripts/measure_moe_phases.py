@@ -8,7 +8,7 @@ step, ``zero_grad``, and the wait for the GPU at the end. A phase's time is
 ``time.perf_counter`` around it with no synchronisation, so where the step is host-bound it is
 the host's time for that phase; under the simulator the script's clock is the virtual one, and
 each step also reports the Python lines and calls the simulator counted per phase
-(``intercept.shim``). Step 1 also reports the autograd graph's node count. Rank 0 prints one
+(``intercept.process.shim``). Step 1 also reports the autograd graph's node count. Rank 0 prints one
 JSON line per step, ``PHASES {...}`` (``--all-ranks``: every rank); ``--profile`` adds
 ``torch.profiler``'s per-op table of its last two steps, ``--host-speed`` each rank's host-speed
 benchmark before and after its steps (``SPEED {...}``), ``--call-times`` each step's wall time
@@ -100,7 +100,7 @@ def work_counter() -> Callable[[], tuple[int, int]]:
     """The simulator's count of the script's Python (lines, calls; hot walks included), or
     zeros on a real GPU."""
     try:
-        from intercept import shim
+        from intercept.process import shim
     except ImportError:
         return lambda: (0, 0)
     if shim.native_exclusion() is None:
@@ -187,9 +187,10 @@ def run_steps(args: argparse.Namespace) -> None:
 
 
 def print_host_speed(rank: int, when: str) -> None:
-    """The host-speed benchmark's total on this rank's thread (``intercept.host_benchmark``;
-    the ``h100-host`` reference reads 5.13 ms), ``SPEED {...}``."""
-    from intercept import host_benchmark
+    """The host-speed benchmark's total on this rank's thread
+    (``intercept.host_time.host_benchmark``; the ``h100-host`` reference reads 5.13 ms),
+    ``SPEED {...}``."""
+    from intercept.host_time import host_benchmark
 
     total_ns = sum(host_benchmark.measure().values())
     emit("SPEED", {"rank": rank, "when": when, "ms": round(total_ns / 1e6, 3)})

@@ -1,5 +1,5 @@
 """Measure what a host's CPU pays per line and per call of Python: the weights that turn a rank's
-counted Python work into the reference host's time (``intercept.python_work``).
+counted Python work into the reference host's time (``intercept.host_time.python_work``).
 
 Run on a lent GPU host (its CPU is the reference), with the device machines' own Python and torch:
 

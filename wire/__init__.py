@@ -15,11 +15,11 @@ Real values of collectives travel beside them and outside virtual time: :class:`
 coordinator -> rank (read by the rank's receiver thread whenever they come) and
 :class:`ValueUpdate` rank -> coordinator.
 
-Time: every time is the rank's **virtual** clock in integer ns (see ``intercept.clock``).
-Within one rank, ``at_ns`` never decreases from one op to the next, and a rank promises that
-nothing it sends later will carry an earlier time than the ``clock_ns`` of its last batch: that
-promise is what the conservative synchronisation builds on (the *safe horizon* is the minimum
-of the running ranks' promises).
+Time: every time is the rank's **virtual** clock in integer ns (see
+``intercept.host_time.clock``). Within one rank, ``at_ns`` never decreases from one op to the
+next, and a rank promises that nothing it sends later will carry an earlier time than the
+``clock_ns`` of its last batch: that promise is what the conservative synchronisation builds on
+(the *safe horizon* is the minimum of the running ranks' promises).
 
 Ordering: the ops of one rank are in program order. Ops are buffered on the rank and sent as one
 :class:`Batch` at the latest when the rank blocks (a :class:`Sync`), when it issues a

@@ -1,9 +1,10 @@
-"""The launcher's control channel: the coordinator's ``intercept.launcher.Launcher`` and the
-fork server that forks the ranks, over one ``multiprocessing`` Connection (pickled).
+"""The launcher's control channel: the coordinator's ``launch.launcher.Launcher`` and the
+fork server that forks the ranks (``intercept.process.fork_server``), over one
+``multiprocessing`` Connection (pickled).
 
-Down (launcher -> fork server): the ``LaunchSpec`` first, then :class:`Spawn` per rank and one
-:class:`Shutdown`. Up: :class:`Ready` or :class:`Failed` once the fork server has prepared the
-fake device, then :class:`Spawned` per rank and :class:`RankExit` as ranks end.
+Down (launcher -> fork server): the ``launch.spec.LaunchSpec`` first, then :class:`Spawn` per
+rank and one :class:`Shutdown`. Up: :class:`Ready` or :class:`Failed` once the fork server has
+prepared the fake device, then :class:`Spawned` per rank and :class:`RankExit` as ranks end.
 """
 
 from dataclasses import dataclass

@@ -67,7 +67,7 @@ class StreamWait:
 
 @dataclass(frozen=True, slots=True)
 class ValuePayload:
-    """The real values a collective carries (``intercept.values``): this rank's inputs, and
+    """The real values a collective carries (``intercept.values.store``): this rank's inputs, and
     whether its outputs take values.
 
     The coordinator computes every member's outputs once all have issued the collective and

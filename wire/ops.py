@@ -2,7 +2,7 @@
 
 A :class:`~enum.StrEnum`, so a member is its name: it compares, hashes, formats and serialises
 (JSON records, ``summary.json``) as the plain string. Producers translate their own vocabulary
-into these ops, each in one place: ``intercept.process_group`` for ``torch.distributed``
+into these ops, each in one place: ``intercept.distributed.process_group`` for ``torch.distributed``
 (``barrier`` is an all-reduce of one element, ``gather``/``scatter`` an all_to_allv with one
 non-zero column/row), ``phantora.study.chakra.importer`` for Chakra's comm types.
 """

@@ -1,6 +1,6 @@
 """The measured tables in ``phantora/calibration/data/``, each with its source; the loaders
-(``phantora.compute.table`` through ``phantora.compute.model``, ``intercept.host_cost``,
-``intercept.host_speed``) read them from these paths."""
+(``phantora.compute.table`` through ``phantora.compute.model``, ``intercept.host_time.host_cost``,
+``intercept.host_time.host_speed``) read them from these paths."""
 
 from collections.abc import Mapping
 from pathlib import Path
@@ -36,7 +36,7 @@ HOST_COSTS = Table(DATA_DIR / "host_costs.json", Source(
         "medians of 7 rounds; --import-ops: per-op rows from h100x1-ops*.json (the file's "
         "provenance block)"))
 """Host CPU time per intercepted op on the reference host: kernel launches by op family,
-collective calls (``intercept.host_cost``)."""
+collective calls (``intercept.host_time.host_cost``)."""
 
 GEMM_HEURISTIC = Table(DATA_DIR / "gemm_heuristic.json", Source(
     file="scripts/data/gemm_heuristic/ (the fit: the four h100x1-training-b4 logs; checks: "
@@ -49,7 +49,7 @@ GEMM_HEURISTIC = Table(DATA_DIR / "gemm_heuristic.json", Source(
         "(by the H100 kernel map); for unmapped products least squares by distance and age; "
         "checked on four runs at batch 8 and on replays of recorded routing traces"))
 """Host cost of a cuBLAS product of a shape new to the process, and of a kernel new to it
-(``intercept.gemm_heuristic``)."""
+(``intercept.host_time.gemm_heuristic``)."""
 
 CUBLAS_KERNEL_MAPS: Mapping[str, Table] = MappingProxyType({
     "h100": Table(DATA_DIR / "cublas_kernels_h100.json", Source(
@@ -63,7 +63,7 @@ CUBLAS_KERNEL_MAPS: Mapping[str, Table] = MappingProxyType({
             "under the PyTorch profiler; the kernels each aten::mm launched")),
 })
 """The kernels cuBLAS launches per routed-token count of MoE expert products, by catalogue GPU
-key (``intercept.gemm_heuristic``)."""
+key (``intercept.host_time.gemm_heuristic``)."""
 
 PYTHON_WORK = Table(DATA_DIR / "python_work.json", Source(
     file="scripts/data/python_work/python_work_h100_1.json, scripts/data/python_work/"
@@ -74,7 +74,7 @@ PYTHON_WORK = Table(DATA_DIR / "python_work.json", Source(
     how="scripts/measure_python_work.py --fit: per workload the median over 3 runs of the "
         "fastest of 25 rounds; ns per line and per call fitted on module calls, hooks and an "
         "optimizer loop, counted with this repository's Python and torch"))
-"""Reference-host ns per line and per call of Python (``intercept.python_work``)."""
+"""Reference-host ns per line and per call of Python (``intercept.host_time.python_work``)."""
 
 HOST_FIT = Table(DATA_DIR / "host_fit.json", Source(
     file="scripts/data/host_fit/h200x2-6layer.txt",
@@ -85,7 +85,7 @@ HOST_FIT = Table(DATA_DIR / "host_fit.json", Source(
         "gpt_single, gpt_ddp, gpt_fsdp2 and gpt_tp at a 6-layer configuration outside the "
         "accuracy harness"))
 """Host-time constants fitted on real steps: Python's cold-code factor, DTensor's dispatch per
-op (``intercept.host_fit``)."""
+op (``intercept.host_time.host_fit``)."""
 
 HOST_SPEED = Table(DATA_DIR / "host_speed.json", Source(
     file="scripts/data/host/h100-x1-b.json, scripts/data/host/h200-x2.json",
@@ -95,4 +95,4 @@ HOST_SPEED = Table(DATA_DIR / "host_speed.json", Source(
     how="scripts/measure_host_speed.py --import-record: the fastest of 5 rounds per component, "
         "median over the measurements (scripts/data/host/README.md)"))
 """Reference hosts' CPU speeds, which a rank's own CPU time is scaled by
-(``intercept.host_speed``)."""
+(``intercept.host_time.host_speed``)."""

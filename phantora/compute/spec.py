@@ -1,7 +1,7 @@
 """What the compute model knows about one kernel launch: plain numbers, no tensors.
 
-The rank side (``intercept.op_costs``) fills a :class:`KernelSpec` from the op's arguments; the
-compute model (:class:`phantora.compute.model.ComputeModel`) turns it into a duration. Keeping
+The rank side (``intercept.dispatch.op_costs``) fills a :class:`KernelSpec` from the op's arguments;
+the compute model (:class:`phantora.compute.model.ComputeModel`) turns it into a duration. Keeping
 it to hashable numbers lets the model cache durations per distinct launch, and keeps
 ``phantora.compute`` free of PyTorch.
 """

@@ -1,6 +1,6 @@
 """What a collective's outputs hold, from its members' input values (``ValuePayload``).
 
-Valued tensors (integers, bools, small tensors: ``intercept.values``) travel with their
+Valued tensors (integers, bools, small tensors: ``intercept.values.store``) travel with their
 collectives: once every member has issued one, :func:`outputs` computes each member's output
 values as NCCL (or gloo) would, and the engine returns them with the member's next reply.
 A member whose inputs are unknown makes every output that depends on them unknown (``None``).

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from intercept.launcher import Launcher
-from intercept.program import Program
-from intercept.value_policy import Routing, ValuePolicy
+from launch.launcher import Launcher
+from launch.program import Program
+from launch.value_policy import Routing, ValuePolicy
 from phantora.cluster.catalogue import GpuSpec
 from phantora.cluster.topology import Topology
 from phantora.collectives import NcclConfig, SystemInfo

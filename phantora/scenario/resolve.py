@@ -13,8 +13,8 @@ from math import ceil
 from pathlib import Path
 from typing import TypeVar
 
-from intercept import host_references
-from intercept.value_policy import Routing
+from launch.value_policy import Routing
+from phantora.calibration import host_references
 from phantora.cluster.catalogue import GpuSpec, lookup_gpu
 from phantora.cluster.topology import uplinks_for
 from phantora.cpu_affinity import default_cpus

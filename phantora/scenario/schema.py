@@ -23,8 +23,8 @@ from pydantic import (
     model_validator,
 )
 
-from intercept.host_references import host_cpu_choices
-from intercept.value_policy import Routing
+from launch.value_policy import Routing
+from phantora.calibration.host_references import host_cpu_choices
 from phantora.cluster.catalogue import CATALOGUE
 from phantora.cpu_affinity import usable_cpus
 from phantora.network.roce_presets import AckPriority, CongestionControl, PresetName

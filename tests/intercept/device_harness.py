@@ -28,9 +28,9 @@ KERNEL_NS = 10_000
 _BOOTSTRAP = """
 import json, sys
 sys.path.insert(0, {repo!r})
-from tests.intercept.device_harness import StandInRuntime
-from intercept import device
+from intercept.dispatch import device
 from phantora.cluster.catalogue import lookup_gpu
+from tests.intercept.device_harness import StandInRuntime
 device.prepare(lookup_gpu({gpu!r}), {device_count})
 runtime = StandInRuntime()
 mode = device.enter_fake_mode(runtime=runtime)

@@ -8,8 +8,8 @@ import threading
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection
 
-from intercept.client import CoordinatorClient
-from intercept.clock import VirtualClock
+from intercept.host_time.clock import VirtualClock
+from intercept.process.client import CoordinatorClient
 from intercept.runtime import RankRuntime
 from phantora.cluster.catalogue import lookup_gpu
 from phantora.compute import CostSource, KernelCost, KernelSpec

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from intercept.allocator import (
+from intercept.memory.allocator import (
     CUDA_CONTEXT_BYTES,
     LARGE_SEGMENT_BYTES,
     SMALL_SEGMENT_BYTES,

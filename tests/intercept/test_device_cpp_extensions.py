@@ -1,5 +1,5 @@
-"""CUDA extensions a script JIT-builds on a simulated rank (``intercept.cpp_extensions``): the
-stand-in toolkit, DeepSpeed's fused Adam served as PyTorch's fused kernel (same values as
+"""CUDA extensions a script JIT-builds on a simulated rank (``intercept.dispatch.cpp_extensions``):
+the stand-in toolkit, DeepSpeed's fused Adam served as PyTorch's fused kernel (same values as
 its CUDA code, one measured kernel), and a clear stop for extensions without a stand-in."""
 
 import importlib.util

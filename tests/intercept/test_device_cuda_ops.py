@@ -1,4 +1,4 @@
-"""Fake CUDA tensors dispatch what a CUDA build dispatches (``intercept.cuda_ops``)."""
+"""Fake CUDA tensors dispatch what a CUDA build dispatches (``intercept.dispatch.cuda_ops``)."""
 
 import json
 from pathlib import Path
@@ -9,7 +9,7 @@ import torchgen
 from torchgen.gen import parse_native_yaml
 from torchgen.model import DispatchKey, NativeFunction
 
-from intercept.cuda_ops import CUDA_BUILD_CHECKED, FUSED_ON_CUDA
+from intercept.dispatch.cuda_ops import CUDA_BUILD_CHECKED, FUSED_ON_CUDA
 from tests.intercept.cuda_reference import CASES, REFERENCE_PATH
 from tests.intercept.device_harness import run_snippet
 

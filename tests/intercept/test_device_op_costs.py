@@ -2,7 +2,7 @@
 
 import torch
 
-from intercept import op_costs
+from intercept.dispatch import op_costs
 
 aten = torch.ops.aten
 

@@ -9,7 +9,7 @@ from tests.intercept.device_harness import KERNEL_NS, LAUNCH_OVERHEAD_NS, run_sn
 
 QUERIES = """
 import torch.nn as nn
-from intercept import patches
+from intercept.dispatch import patches
 
 p = torch.cuda.get_device_properties(1)
 result["queries"] = {

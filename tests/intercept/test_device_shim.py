@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from intercept import shim
+from intercept.process import shim
 from phantora.errors import MissingDependencyError, SimulationError
 
 

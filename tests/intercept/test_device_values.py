@@ -10,9 +10,9 @@ from tests.intercept.device_harness import run_snippet
 
 ROUTING = """
 import numpy as np
-from intercept import fake_mode
-from intercept.value_model import ValueModel
-from intercept.value_policy import Routing
+from intercept.dispatch import fake_mode
+from intercept.values.value_model import ValueModel
+from launch.value_policy import Routing
 mode = fake_mode.active()
 logits = torch.randn(4096, 8, device="cuda")  # 32768 fake floats: unknown values
 def counts(routing, seed=0):
@@ -40,9 +40,9 @@ result["trace"] = replayed
 """
 
 COMPARISONS = """
-from intercept import fake_mode
-from intercept.value_model import ValueModel
-from intercept.value_policy import Routing
+from intercept.dispatch import fake_mode
+from intercept.values.value_model import ValueModel
+from launch.value_policy import Routing
 mode = fake_mode.active()
 norm = torch.randn(1 << 16, device="cuda").norm()  # a one-element fake float: reads 1.0
 limit = torch.tensor(5.0, device="cuda")          # a known value
@@ -57,7 +57,7 @@ result["ranks"] = [checks(0), checks(1)]
 
 PENDING = """
 import numpy as np
-from intercept import fake_mode
+from intercept.dispatch import fake_mode
 store = fake_mode.active().values
 t = torch.empty(4, dtype=torch.long, device="cuda")
 store.expect(99, [t])            # a collective will write t
@@ -71,7 +71,7 @@ result["doubled"] = doubled.tolist()
 
 PENDING_DROPPED = """
 import numpy as np
-from intercept import fake_mode
+from intercept.dispatch import fake_mode
 store = fake_mode.active().values
 t = torch.empty(512, dtype=torch.long, device="cuda")
 store.expect(99, [t])            # a collective will write t

@@ -8,8 +8,8 @@ from multiprocessing import Pipe
 import numpy as np
 import pytest
 
-from intercept.client import CoordinatorClient
-from intercept.clock import VirtualClock
+from intercept.host_time.clock import VirtualClock
+from intercept.process.client import CoordinatorClient
 from tests.intercept.dist_coordinator import FakeCoordinator
 from wire.messages import (Collective, EventRecord, Exit, IssuedOp, Kernel, Reply, Sync,
                            ValuePayload, ValueUpdate)

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from intercept.clock import VirtualClock, patched_time
+from intercept.host_time.clock import VirtualClock, patched_time
 
 BURN_NS = 30_000_000
 """CPU burnt per measurement: well above the clock's read jitter."""

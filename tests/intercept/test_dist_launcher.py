@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from intercept.launcher import Launcher, LogTail
-from intercept.program import Program
+from launch.launcher import Launcher, LogTail
+from launch.program import Program
 from phantora.cluster.catalogue import lookup_gpu
 from wire.control import RankExit
 from wire.messages import Batch, Collective, Reply
@@ -192,7 +192,7 @@ def test_the_fork_server_and_ranks_die_with_the_coordinator(tmp_path: Path) -> N
     coordinator = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(f"""
             import os, sys, time
-            from intercept.launcher import Launcher
+            from launch.launcher import Launcher
             from phantora.cluster.catalogue import lookup_gpu
             launcher = Launcher({str(script)!r}, [], {{}}, 2, 2, lookup_gpu("h100"),
                                 {str(tmp_path)!r}, fake_device=False)
@@ -247,7 +247,7 @@ def test_collectives_of_a_torch_script_reach_the_coordinator(tmp_path: Path) -> 
     all_reduce into matching Collective messages."""
     script = write_script(tmp_path, """
         import torch, torch.distributed as dist
-        from intercept.process_group import installed
+        from intercept.distributed.process_group import installed
         with installed():
             dist.init_process_group("nccl")
             t = torch.ones(1024)
@@ -274,7 +274,7 @@ def test_ctrl_c_in_the_coordinator_stops_and_reaps_everything(tmp_path: Path) ->
             import signal
             import time
             signal.signal(signal.SIGINT, signal.default_int_handler)
-            from intercept.launcher import Launcher
+            from launch.launcher import Launcher
             from phantora.cluster.catalogue import lookup_gpu
             with Launcher({str(script)!r}, [], {{}}, 2, 2, lookup_gpu("h100"),
                           {str(tmp_path)!r}, fake_device=False) as launcher:

@@ -16,7 +16,7 @@ import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from intercept import process_group
+from intercept.distributed import process_group
 from intercept.runtime import RankRuntime
 from tests.intercept.dist_coordinator import FakeCoordinator, make_runtime
 from wire.messages import Collective, EventRecord, Op, StreamWait, Sync

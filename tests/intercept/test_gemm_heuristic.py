@@ -1,5 +1,5 @@
-"""cuBLAS's heuristic cost for products of shapes new to the process (``intercept.gemm_heuristic``)
-and its fit (``scripts/measure_gemm_heuristic.py``)."""
+"""cuBLAS's heuristic cost for products of shapes new to the process
+(``intercept.host_time.gemm_heuristic``) and its fit (``scripts/measure_gemm_heuristic.py``)."""
 
 import json
 import math
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from intercept.gemm_heuristic import (GemmShapeCache, ProductRows, heuristic_from_json,
+from intercept.host_time.gemm_heuristic import (GemmShapeCache, ProductRows, heuristic_from_json,
                                       kernel_map_from_json, load_gemm_heuristic, load_kernel_map)
 
 REPO = Path(__file__).resolve().parents[2]

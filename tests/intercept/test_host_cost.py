@@ -1,14 +1,15 @@
-"""The host-cost table (``intercept.host_cost``) and the robust residual (``intercept.residual``)."""
+"""The host-cost table (``intercept.host_time.host_cost``) and the robust residual
+(``intercept.host_time.residual``)."""
 
 import json
 
 import pytest
 
-from intercept.clock import VirtualClock
-from intercept.host_cost import (INDEX_PUT_ACCUMULATE, SORT_SMALL, TABLE_PATH, family_of,
+from intercept.host_time.clock import VirtualClock
+from intercept.host_time.host_cost import (INDEX_PUT_ACCUMULATE, SORT_SMALL, TABLE_PATH, family_of,
                                  load_table, table_for, table_from_json)
-from intercept.host_references import references
-from intercept.residual import ResidualSmoother
+from intercept.host_time.residual import ResidualSmoother
+from phantora.calibration.host_references import references
 
 
 def test_ops_fall_in_the_family_their_host_cost_was_measured_for() -> None:
@@ -103,7 +104,7 @@ def test_c10d_collective_functions_run_in_the_simulators_time_while_installed() 
     import torch.distributed as dist
     from torch.distributed import distributed_c10d as c10d
 
-    from intercept.c10d_host import excluded_calls
+    from intercept.host_time.c10d_host import excluded_calls
 
     original = dist.all_reduce
     with excluded_calls():
@@ -114,7 +115,7 @@ def test_c10d_collective_functions_run_in_the_simulators_time_while_installed() 
 
 
 def test_the_layers_above_an_op_are_charged_from_the_table_and_the_fit() -> None:
-    from intercept.host_fit import load_fit
+    from intercept.host_time.host_fit import load_fit
 
     table = load_table()
     assert set(table.layers_ns) == {"autograd_record", "autograd_node", "tensor_subclass"}

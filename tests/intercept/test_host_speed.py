@@ -8,18 +8,19 @@ from typing import Any
 
 import pytest
 
-from intercept import clock as clock_module
-from intercept import host_benchmark, host_references
-from intercept.clock import VirtualClock
-from intercept.host_benchmark import COMPONENTS
-from intercept.host_references import NATIVE, ReferenceHost, SpeedRatio, parse_references
-from intercept.host_speed import HostSpeed, host_speed_for
+from intercept.host_time import clock as clock_module
+from intercept.host_time import host_benchmark
+from intercept.host_time.clock import VirtualClock
+from intercept.host_time.host_benchmark import COMPONENTS
+from intercept.host_time.host_speed import HostSpeed, host_speed_for
+from phantora.calibration import host_references
+from phantora.calibration.host_references import NATIVE, ReferenceHost, SpeedRatio, parse_references
 
 
 def document(**changes: Any) -> dict[str, Any]:
     """A valid ``host_speed.json`` document, with top-level ``changes``."""
     base: dict[str, Any] = {
-        "benchmark_version": host_benchmark.BENCHMARK_VERSION,
+        "benchmark_version": host_references.BENCHMARK_VERSION,
         "fallback": "slow-host",
         "hosts": {
             "slow-host": {"gpus": ["h100"], "components_ns": {"bytecode": 400, "calls": 600}},
@@ -65,7 +66,7 @@ def test_references_pick_the_host_of_the_gpu_else_the_fallback() -> None:
 
 
 @pytest.mark.parametrize("changes,match", [
-    ({"benchmark_version": host_benchmark.BENCHMARK_VERSION + 1}, "benchmark version"),
+    ({"benchmark_version": host_references.BENCHMARK_VERSION + 1}, "benchmark version"),
     ({"fallback": "nowhere"}, "fallback"),
     ({"hosts": {"native": {"gpus": [], "components_ns": {"calls": 1}}}, "fallback": "native"},
      "native"),

@@ -1,10 +1,11 @@
 """The simulator's own CPU time stays out of a rank's virtual time; the script's own stays in.
 
 Each measurement runs in a fresh interpreter (the shim must be loaded before torch) with the
-real :class:`~intercept.runtime.RankRuntime` and a measured :class:`~intercept.clock.VirtualClock`
-(the fake device's calibrated deductions in force), the stand-in coordinator in a forked process
-so that its CPU time is not the rank's. Bounds are ratios or generous multiples of the table's
-charge for a small ``add_`` (``launch_ns``): the machine may be loaded, which inflates every CPU time measured.
+real :class:`~intercept.runtime.RankRuntime` and a measured
+:class:`~intercept.host_time.clock.VirtualClock` (the fake device's calibrated deductions in force),
+the stand-in coordinator in a forked process so that its CPU time is not the rank's. Bounds are
+ratios or generous multiples of the table's charge for a small ``add_`` (``launch_ns``): the machine
+may be loaded, which inflates every CPU time measured.
 """
 
 import json
@@ -23,11 +24,12 @@ _BOOTSTRAP = """
 import json, os, sys, time
 sys.path.insert(0, {repo!r})
 from multiprocessing import Pipe
-from intercept import device, shim
+from intercept.dispatch import device
+from intercept.process import shim
 from phantora.cluster.catalogue import lookup_gpu
 device.prepare(lookup_gpu("h100"), 1)
-from intercept.client import CoordinatorClient
-from intercept.clock import VirtualClock
+from intercept.host_time.clock import VirtualClock
+from intercept.process.client import CoordinatorClient
 from intercept.runtime import RankRuntime
 from tests.intercept.dist_coordinator import FakeCoordinator, kernel_cost
 ours, theirs = Pipe()
@@ -241,9 +243,9 @@ def test_deductions_are_calibrated_and_small(measured: dict[str, Any]) -> None:
 NATIVE = """
 import json, sys, threading, time
 sys.path.insert(0, {repo!r})
-from intercept import shim
+from intercept.process import shim
 shim.load()  # no torch: only the excluded-CPU account is used
-from intercept.clock import VirtualClock
+from intercept.host_time.clock import VirtualClock
 
 def burn(ns):
     end = time.thread_time_ns() + ns

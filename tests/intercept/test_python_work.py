@@ -1,17 +1,18 @@
-"""Counted Python work (``intercept.python_work``, the shim's counter) and the clock's counted
-mode: the script's time from counts, never from this machine's CPU."""
+"""Counted Python work (``intercept.host_time.python_work``, the shim's counter) and the clock's
+counted mode: the script's time from counts, never from this machine's CPU."""
 
 import pytest
 
-from intercept.clock import VirtualClock
-from intercept.host_fit import load_fit
-from intercept.host_references import references
-from intercept.python_work import WEIGHTS_REFERENCE, StepWeights, load_weights, weights_for
+from intercept.host_time.clock import VirtualClock
+from intercept.host_time.host_fit import load_fit
+from intercept.host_time.python_work import (WEIGHTS_REFERENCE, StepWeights, load_weights,
+                                             weights_for)
+from phantora.calibration.host_references import references
 from tests.intercept.device_harness import run_snippet
 
 COUNTING = """
 import threading
-from intercept import shim
+from intercept.process import shim
 
 def loop(n):
     total = 0
@@ -102,7 +103,7 @@ def test_weights_are_measured_hot_made_cold_and_scaled_to_another_reference() ->
 def test_a_trace_function_the_counter_replaces_is_named_in_the_rank_log() -> None:
     run = run_snippet("""
 import sys
-from intercept.python_work import CountedWork, StepWeights, WorkWeights
+from intercept.host_time.python_work import CountedWork, StepWeights, WorkWeights
 sys.settrace(lambda *args: None)
 CountedWork(StepWeights(WorkWeights(1.0, 1.0), WorkWeights(1.0, 1.0)))
 """)
@@ -112,8 +113,8 @@ CountedWork(StepWeights(WorkWeights(1.0, 1.0), WorkWeights(1.0, 1.0)))
 
 HOT_WALK = """
 from torch import nn
-from intercept import shim
-from intercept.python_work import hot_walk_code
+from intercept.host_time.python_work import hot_walk_code
+from intercept.process import shim
 
 model = nn.Sequential(*[nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2)) for _ in range(8)])
 shim.set_hot_code(hot_walk_code())
@@ -163,7 +164,7 @@ def test_member_walks_count_as_hot_work_and_their_consumers_do_not() -> None:
 def test_counted_work_charges_hot_walks_at_the_hot_weights() -> None:
     run = run_snippet("""
 from torch import nn
-from intercept.python_work import CountedWork, StepWeights, WorkWeights
+from intercept.host_time.python_work import CountedWork, StepWeights, WorkWeights
 work = CountedWork(StepWeights(cold=WorkWeights(1e6, 0.0), hot=WorkWeights(1.0, 0.0)))
 model = nn.Sequential(*[nn.Linear(2, 2) for _ in range(8)])
 before = work.ns(); list(model.parameters()); result["walk_ns"] = work.ns() - before

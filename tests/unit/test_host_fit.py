@@ -1,5 +1,5 @@
-"""The host-time constants fitted on real steps (``intercept.host_fit``) and the fit itself
-(``scripts/fit_host_time.py``)."""
+"""The host-time constants fitted on real steps (``intercept.host_time.host_fit``) and the fit
+itself (``scripts/fit_host_time.py``)."""
 
 import json
 import sys
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from intercept.host_fit import fit_from_json, load_fit
+from intercept.host_time.host_fit import fit_from_json, load_fit
 from phantora.calibration.tables import HOST_FIT
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import measure_host_costs as mhc  # scripts/ is not a package: imported from its folder
 
-from intercept.host_cost import EMBEDDING_BACKWARD_SMALL, INDEX_PUT_ACCUMULATE, SORT_SMALL
+from intercept.host_time.host_cost import EMBEDDING_BACKWARD_SMALL, INDEX_PUT_ACCUMULATE, SORT_SMALL
 
 
 def _record(aten_us: float, ops_us: float) -> dict[str, Any]:

@@ -1,0 +1,12 @@
+"""What a script does on its fake GPUs: every aten op dispatched on fake CUDA tensors and every
+kernel it would launch, recorded and never run.
+
+:mod:`.device` is the entry point (the fork server prepares it, each rank enters it);
+:mod:`.patches` makes a CPU-only torch look like a CUDA host of the scenario's GPU;
+:mod:`.fake_mode` records each op's kernels, described by :mod:`.op_costs` as
+``phantora.compute.spec.KernelSpec`` records (their durations come from the kernel-time model,
+``phantora.compute``, fed by the measured tables in ``phantora/calibration/data/``);
+:mod:`.compiled` plans the kernels Inductor would generate for ``torch.compile``;
+:mod:`.cuda_ops`, :mod:`.unknown_shapes`, :mod:`.cpp_extensions` cover ops a CPU build handles
+otherwise; :mod:`.dispatch_glue` calibrates the per-op dispatch cost the clock deducts.
+"""

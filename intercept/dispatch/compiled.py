@@ -1,0 +1,358 @@
+"""``torch.compile`` on simulated GPUs: the kernels Inductor would launch, without Triton or a GPU.
+
+``torch.compile(model)`` (backend ``inductor``, the default) is given this backend instead
+(``intercept.dispatch.patches``): Dynamo traces as usual, AOTAutograd splits forward and backward
+with Inductor's decompositions and its min-cut partitioner (so the saved activations are
+Inductor's), and each resulting ATen graph is planned once (:func:`plan_kernels`) into what Inductor
+makes of it:
+
+* **extern kernels** (matrix products, convolutions, attention, grouped GEMMs, and the ops
+  Inductor leaves to ATen, its ``fallbacks``) are costed as the eager op, from the tables;
+* every other op is **fused**: producers and consumers join one generated Triton kernel where
+  Inductor's scheduler would fuse them (same iteration space, or a reduction with its
+  element-wise prologue and epilogue, no cycle through another kernel), and a fused kernel moves
+  the bytes it reads from outside itself and writes for outside users once. Its time comes from
+  the Triton rows of the tables (``triton_pointwise``, ``triton_persistent_reduction``,
+  ``triton_reduction``: measured ``torch.compile`` kernels) by bytes.
+
+At run time the graph is executed on fake tensors with its own kernels suppressed (outputs,
+saved activations and allocator traffic as usual) and the plan is launched instead. Host cost:
+each launch is charged the eager launch overhead (Inductor's Python wrapper and Triton launcher
+cost about what an eager op's launch does: an assumption, not measured apart) and each call of a
+compiled graph :data:`GRAPH_CALL_OVERHEAD_NS`; under ``mode="reduce-overhead"`` (CUDA graphs) a
+graph replay costs :data:`GRAPH_REPLAY_OVERHEAD_NS` in all and its kernels nothing on the host.
+Compile time is the CPU time Dynamo and AOTAutograd spend here (the script's own) plus
+:data:`TRITON_COMPILE_NS` per distinct generated kernel, charged to the first call of a graph:
+it shows in the first step, as on a real GPU, not in later ones.
+"""
+
+import functools
+import hashlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, ContextManager, Protocol, cast
+
+import torch
+from torch._dynamo.backends.common import aot_autograd
+from torch._functorch._aot_autograd.utils import make_boxed_func
+from torch._functorch.partitioners import min_cut_rematerialization_partition
+from torch._inductor import lowering
+from torch._inductor.decomposition import select_decomp_table
+
+from intercept.dispatch import fake_mode, op_costs
+from intercept.process import shim
+from phantora.compute.ops import base_name
+from phantora.compute.spec import CONV_OPS, GROUPED_MATMUL_OPS, MATMUL_OPS, KernelSpec
+
+aten = torch.ops.aten
+
+GRAPH_CALL_OVERHEAD_NS = 20_000
+"""Host cost of one call of a compiled graph beyond its launches (AOTAutograd's runtime
+wrapper, Inductor's generated ``call``): assumed, of the order of a few eager ops."""
+GRAPH_REPLAY_OVERHEAD_NS = 10_000
+"""Host cost of replaying one CUDA graph (``cudaGraphLaunch`` and cudagraph trees' checks):
+assumed."""
+TRITON_COMPILE_NS = 300_000_000
+"""Compile time of one distinct generated kernel (Triton to PTX to cubin, in Inductor's worker
+processes): assumed; real compile times vary with the host's cores."""
+
+REDUCTIONS: frozenset[str] = frozenset({
+    "sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "var", "var_mean", "prod",
+    "any", "all", "std", "norm", "linalg_vector_norm", "logsumexp", "cumsum", "cumprod",
+    "sort", "topk", "_log_softmax", "_softmax", "native_layer_norm", "native_group_norm",
+    "native_batch_norm", "_native_batch_norm_legit_functional", "_fused_rms_norm",
+})
+"""Ops a generated kernel reduces in (the rest it fuses are element-wise)."""
+EXTERN_OPS: frozenset[str] = MATMUL_OPS | CONV_OPS | GROUPED_MATMUL_OPS
+"""Always ATen's (cuBLAS, cuDNN, CUTLASS), whatever the lowering table says."""
+NO_KERNEL_NAMES: frozenset[str] = frozenset({
+    "empty", "empty_strided", "empty_like", "new_empty", "new_empty_strided", "getitem",
+    "_unsafe_view", "alias", "lift_fresh_copy", "detach", "sym_size", "sym_stride",
+    "sym_numel", "sym_storage_offset", "_assert_tensor_metadata", "_assert_scalar",
+})
+
+POINTWISE_KERNEL = "inductor::triton_pointwise"
+ROW_REDUCTION_KERNEL = "inductor::triton_persistent_reduction"
+COLUMN_REDUCTION_KERNEL = "inductor::triton_reduction"
+"""Names of the generated kernels (their base names key the Triton rows of the tables)."""
+
+
+class CompiledRuntime(Protocol):
+    """What a compiled graph needs of ``intercept.runtime.RankRuntime``."""
+
+    def excluded(self) -> ContextManager[None]: ...
+    def kernel(self, spec: KernelSpec, stream: int,
+               launch_overhead_ns: int | None = None) -> None: ...
+    def charge_host(self, duration_ns: int) -> None: ...
+
+
+@functools.cache
+def backend(mode: str | None = None) -> Callable[..., Any]:
+    """The ``torch.compile`` backend standing in for Inductor under ``mode`` (one object per
+    mode: Dynamo recompiles a frame whose backend object changes)."""
+    cuda_graphs = mode in ("reduce-overhead", "max-autotune")
+    compiler = functools.partial(_compile_graph, cuda_graphs=cuda_graphs)
+    return aot_autograd(fw_compiler=compiler, bw_compiler=compiler,
+                        inference_compiler=compiler, decompositions=select_decomp_table(),
+                        partition_fn=min_cut_rematerialization_partition,
+                        keep_inference_input_mutations=True)
+
+
+def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Any, *,
+                   cuda_graphs: bool) -> Callable[..., Any]:
+    plan, new = plan_kernels(gm)
+    # identical graphs (a model's repeated blocks) hit Inductor's graph cache: compiled once
+    generated = len({(s.name, s.bytes) for s in plan if s.name.startswith("inductor::")})
+    return make_boxed_func(CompiledGraph(gm, plan, cuda_graphs,
+                                         TRITON_COMPILE_NS * generated if new else 0))
+
+
+@dataclass
+class CompiledGraph:
+    """One compiled ATen graph: run on fake tensors, launch the plan instead of its ops."""
+
+    gm: torch.fx.GraphModule
+    plan: list[KernelSpec]
+    cuda_graphs: bool
+    compile_ns: int
+    """Code generation still to charge (at the first call)."""
+
+    def __call__(self, *args: Any) -> Any:
+        mode = fake_mode.active()
+        if mode is None:  # not under the simulator: run the ops as they are
+            return self.gm(*args)
+        rt = cast(CompiledRuntime, mode.runtime)
+        with rt.excluded(), mode.kernels_replaced():
+            # the ops of the graph: a real host runs generated code instead of dispatching them
+            out = self.gm(*args)
+        device = next((t.device.index or 0 for t in op_costs.flat_tensors(list(args))
+                       if t.device.type == "cuda"), 0)
+        rt.charge_host(self.compile_ns
+                       + (GRAPH_REPLAY_OVERHEAD_NS if self.cuda_graphs else GRAPH_CALL_OVERHEAD_NS))
+        self.compile_ns = 0
+        stream = shim.library().fakecuda_current_stream(device)
+        for spec in self.plan:
+            rt.kernel(spec, stream, launch_overhead_ns=0 if self.cuda_graphs else None)
+        return out
+
+
+# --- planning ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _Group:
+    """Fused nodes that become one generated kernel."""
+
+    nodes: list[torch.fx.Node]
+    numel: int
+    """Elements of the iteration space's outer (non-reduced) part."""
+    rnumel: int = 1
+    """Elements reduced per output element (1: element-wise)."""
+
+
+_plans: dict[str, list[KernelSpec]] = {}
+"""Plans by graph code and input shapes: identical blocks are planned once."""
+
+
+def plan_kernels(gm: torch.fx.GraphModule) -> tuple[list[KernelSpec], bool]:
+    """The kernels Inductor would launch for ``gm`` (an ATen graph whose nodes carry fake
+    values in ``meta["val"]``), in launch order; and whether this graph is new (not planned
+    before in this process)."""
+    key = hashlib.sha1((gm.code + repr([_shape(n) for n in gm.graph.nodes
+                                        if n.op == "placeholder"])).encode()).hexdigest()
+    plan = _plans.get(key)
+    if plan is not None:
+        return plan, False
+    plan = _plans[key] = _Planner(gm.graph).plan()
+    return plan, True
+
+
+def _shape(node: torch.fx.Node) -> Any:
+    value = node.meta.get("val")
+    return (tuple(value.shape), value.dtype) if isinstance(value, torch.Tensor) else value
+
+
+class _Planner:
+    def __init__(self, graph: torch.fx.Graph) -> None:
+        self.nodes = list(graph.nodes)
+        self.index = {node: i for i, node in enumerate(self.nodes)}
+        self.group_of: dict[torch.fx.Node, _Group] = {}
+
+    def plan(self) -> list[KernelSpec]:
+        for node in self.nodes:
+            if self._kind(node) == "fused":
+                self._fuse(node)
+        emitted: set[int] = set()
+        plan: list[KernelSpec] = []
+        for node in self.nodes:
+            kind = self._kind(node)
+            if kind == "extern":
+                plan.append(self._extern_spec(node))
+            elif kind == "fused":
+                group = self.group_of[node]
+                if group.nodes[-1] is node and id(group) not in emitted:
+                    emitted.add(id(group))
+                    spec = self._group_spec(group)
+                    if spec is not None:
+                        plan.append(spec)
+        return plan
+
+    # classification
+
+    @functools.cache  # noqa: B019  (one planner per graph)
+    def _kind(self, node: torch.fx.Node) -> str:
+        """``extern``, ``fused``, or ``free`` (views, allocation, graph plumbing)."""
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            return "free"
+        func = node.target
+        name = base_name(func._schema.name)
+        if func.is_view or name in NO_KERNEL_NAMES or func.namespace not in ("aten", "prims"):
+            return "free"
+        if name in EXTERN_OPS or "attention" in name or func in lowering.fallbacks:
+            return "extern"
+        if func not in lowering.lowerings and func.overloadpacket not in lowering.lowerings:
+            return "extern"
+        if not any(isinstance(v, torch.Tensor) and v.device.type == "cuda"
+                   for v in op_costs.flat_tensors(node.meta.get("val"))):
+            return "free"
+        return "fused"
+
+    def _source(self, node: Any) -> Any:
+        """The node that produced the memory ``node`` views (itself if not a view)."""
+        while (isinstance(node, torch.fx.Node) and node.op == "call_function"
+               and isinstance(node.target, torch._ops.OpOverload) and node.target.is_view
+               and node.args and isinstance(node.args[0], torch.fx.Node)):
+            node = node.args[0]
+        return node
+
+    def _space(self, node: torch.fx.Node) -> tuple[int, int]:
+        """(outer elements, reduced elements per output) of a fused node."""
+        out = _first_tensor(node.meta.get("val"))
+        numel = out.numel() if out is not None else 1
+        if base_name(node.target._schema.name) not in REDUCTIONS:
+            return numel, 1
+        inp = _first_tensor(_values(node.args))
+        total = inp.numel() if inp is not None else numel
+        if total <= numel:
+            return numel, 1
+        return numel, total // max(numel, 1)
+
+    # fusion
+
+    def _fuse(self, node: torch.fx.Node) -> None:
+        numel, rnumel = self._space(node)
+        group = _Group([node], numel, rnumel)
+        self.group_of[node] = group
+        for arg in _flat_nodes((node.args, node.kwargs)):
+            producer = self._source(arg)
+            other = self.group_of.get(producer)
+            if other is None or other is group:
+                continue
+            merged = _merged_space(other, group)
+            if merged is not None and not self._path_outside(other, group):
+                group = self._merge(other, group, merged)
+
+    def _merge(self, first: _Group, second: _Group, space: tuple[int, int]) -> _Group:
+        first.nodes = sorted(first.nodes + second.nodes, key=self.index.__getitem__)
+        first.numel, first.rnumel = space
+        for node in second.nodes:
+            self.group_of[node] = first
+        return first
+
+    def _path_outside(self, producer: _Group, consumer: _Group) -> bool:
+        """Whether a kernel outside both groups lies between them (fusing would make a cycle)."""
+        members = set(producer.nodes) | set(consumer.nodes)
+        targets = set(consumer.nodes)
+        last = max(self.index[n] for n in consumer.nodes)
+        stack = [(user, False) for n in producer.nodes for user in n.users
+                 if user not in members]
+        seen: set[tuple[torch.fx.Node, bool]] = set()
+        while stack:
+            node, through_kernel = stack.pop()
+            if (node, through_kernel) in seen or self.index[node] > last:
+                continue
+            seen.add((node, through_kernel))
+            through_kernel = through_kernel or self._kind(node) != "free"
+            for user in node.users:
+                if user in targets:
+                    if through_kernel:
+                        return True
+                elif user not in members:
+                    stack.append((user, through_kernel))
+        return False
+
+    # costing
+
+    def _extern_spec(self, node: torch.fx.Node) -> KernelSpec:
+        func = node.target
+        args, kwargs = _values(node.args), _values(node.kwargs)
+        return op_costs.kernel_spec(func._schema.name, func, tuple(args), dict(kwargs),
+                                    node.meta.get("val"))
+
+    def _group_spec(self, group: _Group) -> KernelSpec | None:
+        members = set(group.nodes)
+        read: dict[torch.fx.Node, int] = {}
+        for node in group.nodes:
+            for arg in _flat_nodes((node.args, node.kwargs)):
+                source = self._source(arg)
+                if source in members:
+                    continue
+                for value in op_costs.flat_tensors(arg.meta.get("val")):
+                    read[source] = max(read.get(source, 0), op_costs.tensor_bytes(value))
+        written = 0
+        dtypes: dict[str, int] = {}
+        for node in group.nodes:
+            if any(user not in members for user in self._consumers(node)):
+                for value in op_costs.flat_tensors(node.meta.get("val")):
+                    written += op_costs.tensor_bytes(value)
+            for value in op_costs.flat_tensors(node.meta.get("val")):
+                name = op_costs.dtype_name(value.dtype)
+                dtypes[name] = dtypes.get(name, 0) + value.numel()
+        nbytes = sum(read.values()) + written
+        if nbytes == 0:
+            return None
+        if group.rnumel == 1:
+            name = POINTWISE_KERNEL
+        elif group.rnumel <= group.numel:
+            name = ROW_REDUCTION_KERNEL
+        else:
+            name = COLUMN_REDUCTION_KERNEL
+        dtype = max(dtypes, key=dtypes.__getitem__) if dtypes else ""
+        return KernelSpec(name, 0, nbytes, dtype if dtype in ("bf16", "fp32") else "bf16")
+
+    def _consumers(self, node: torch.fx.Node) -> Iterator[torch.fx.Node]:
+        """Users of ``node`` through views (a view of it read elsewhere is a read of it)."""
+        for user in node.users:
+            target = user.target
+            if (user.op == "call_function" and isinstance(target, torch._ops.OpOverload)
+                    and target.is_view):
+                yield from self._consumers(user)
+            else:
+                yield user
+
+
+def _merged_space(a: _Group, b: _Group) -> tuple[int, int] | None:
+    """The iteration space of ``a`` and ``b`` fused, or None where Inductor would not fuse."""
+    if (a.numel, a.rnumel) == (b.numel, b.rnumel):
+        return a.numel, a.rnumel
+    for red, other in ((a, b), (b, a)):
+        if red.rnumel > 1 and other.rnumel == 1 and other.numel in (
+                red.numel, red.numel * red.rnumel):
+            return red.numel, red.rnumel  # a reduction with its prologue or epilogue
+    return None
+
+
+def _first_tensor(value: Any) -> torch.Tensor | None:
+    found = op_costs.flat_tensors(value)
+    return found[0] if found else None
+
+
+def _flat_nodes(value: Any) -> list[torch.fx.Node]:
+    found: list[torch.fx.Node] = []
+    torch.fx.node.map_arg(value, lambda n: found.append(n) or n)
+    return found
+
+
+def _values(value: Any) -> Any:
+    """``value`` with every node replaced by its fake value (``meta["val"]``)."""
+    return torch.fx.node.map_arg(value, lambda n: n.meta.get("val"))

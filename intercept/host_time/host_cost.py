@@ -1,0 +1,237 @@
+"""What a reference GPU host's CPU pays for each intercepted operation: the table-charged part of
+a rank's host time.
+
+A rank's virtual host time has two parts (``intercept.host_time.clock``):
+
+* **table-charged**: per intercepted operation, what the reference host spends on it beyond the
+  script's own Python call, from a table measured on the lent GPU machines
+  (``scripts/measure_host_costs.py``; ``phantora/calibration/data/host_costs.json`` with its
+  provenance, ``phantora.calibration.tables.HOST_COSTS``). It never depends on the machine that
+  simulates, its load or the number of ranks on it.
+* **residual**: the script's own Python between intercepted operations, counted
+  (:mod:`intercept.host_time.python_work`, the default) or measured here
+  (:mod:`intercept.host_time.residual`).
+
+Families (:func:`family_of`, by aten name): an op's binding, dispatcher, allocator and CUDA
+launch cost on the reference host differ by kind (a view ~2 us, an elementwise op ~9 us, a
+matrix product ~20 us, a foreach call ~12 us plus ~0.3 us per tensor), and so does the c10d
+collective call path (~30-40 us per call). The simulator's own cost of the same op (FakeTensor
+execution, recording, IPC) is kept out of virtual time entirely (``intercept.process.shim``), so the
+charge is the table's cost less the plain Python call that the clock still counts as the
+script's (``script_call_ns``).
+
+Matrix products whose shape the process has not run before cost more: cuBLAS's heuristic query
+(``intercept.host_time.gemm_heuristic``, its own fitted costs, attached to the table as ``gemm``).
+
+The autograd layer's C++ and a tensor subclass's dispatch run for real around each fake op, but
+only measured CPU time sees their C++ part. Where the script's time is counted
+(``intercept.host_time.python_work``), the table charges them instead (``layers_ns``): recording an
+op whose inputs require grad (``autograd_record``), the engine's work per backward node beyond its
+ops (``autograd_node``, fitted on real steps, ``intercept.host_time.host_fit``), and DTensor's
+dispatch of an op beyond the op on its local tensors (``tensor_subclass``: unwrapping, sharding
+propagation, wrapping; fitted likewise; the subclass's Python is then not counted). DDP's
+reducer (C++) is not charged in that mode; FSDP2's hooks are Python, counted.
+
+No torch import: the coordinator and tests read the table without it.
+"""
+
+import json
+from dataclasses import dataclass, replace
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from intercept.host_time.gemm_heuristic import GemmHeuristic, load_gemm_heuristic
+from intercept.host_time.host_fit import load_fit
+from phantora.calibration.tables import HOST_COSTS
+
+TABLE_PATH = HOST_COSTS.path
+TABLE_VERSION = 5
+
+MATMUL = frozenset({"mm", "bmm", "matmul", "_scaled_mm", "_int_mm", "dot", "mv"})
+MATMUL_BIAS = frozenset({"addmm", "baddbmm", "addbmm", "addmv", "_addmm_activation"})
+NORM = frozenset({"native_layer_norm", "native_layer_norm_backward", "layer_norm",
+                  "native_group_norm", "native_group_norm_backward", "native_batch_norm",
+                  "native_batch_norm_backward", "_fused_rms_norm", "_fused_rms_norm_backward",
+                  "rms_norm", "cudnn_batch_norm", "_batch_norm_with_update"})
+SOFTMAX = frozenset({"_softmax", "_log_softmax", "_softmax_backward_data",
+                     "_log_softmax_backward_data", "softmax", "log_softmax"})
+REDUCTION = frozenset({"sum", "mean", "amax", "amin", "max", "min", "var", "std", "var_mean",
+                       "std_mean", "prod", "any", "all", "argmax", "argmin", "norm",
+                       "linalg_vector_norm", "nll_loss_forward", "nll_loss_backward",
+                       "nll_loss2d_forward", "logsumexp", "cumsum", "count_nonzero"})
+EMBEDDING = frozenset({"embedding", "embedding_dense_backward", "embedding_backward"})
+CAT = frozenset({"cat", "stack", "_cat"})
+INDEX = frozenset({"index", "index_select", "index_put_", "_index_put_impl_", "gather",
+                   "scatter", "scatter_", "scatter_add", "scatter_add_", "index_add_",
+                   "index_add", "index_copy_", "masked_fill_", "masked_fill", "masked_scatter_",
+                   "take", "nonzero", "masked_select", "unique", "_unique2", "bincount"})
+FACTORY = frozenset({"zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "fill_",
+                     "zero_", "arange", "rand", "randn", "randint", "rand_like", "randn_like",
+                     "normal_", "uniform_", "bernoulli_", "random_", "eye", "linspace",
+                     "scalar_tensor"})
+ALLOC = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
+                   "resize_"})
+FUSED_OPTIMIZERS = frozenset({"_fused_adamw_", "_fused_adam_", "_fused_sgd_", "_fused_adagrad_"})
+LAYERS = ("autograd_record",)
+"""The keys of ``layers_ns`` in the table's file; :func:`load_table` adds ``autograd_node`` and
+``tensor_subclass`` from the constants fitted on real steps (``intercept.host_time.host_fit``)."""
+SORT_SMALL = "sort_small"
+"""The ``ops_ns`` key of a ``sort`` of at most :data:`SMALL_SORT_MAX` elements along its dim:
+ATen sorts those in one kernel, longer ones with a radix sort of tens of kernels."""
+SMALL_SORT_MAX = 4096
+"""ATen's ``should_use_small_sort`` bound (``aten/src/ATen/native/cuda/Sort.h``)."""
+EMBEDDING_BACKWARD_SMALL = "embedding_dense_backward_small"
+"""The ``ops_ns`` key of an embedding's backward over at most
+:data:`SMALL_EMBEDDING_BACKWARD_MAX` indices: one accumulating kernel, where more indices are
+sorted and reduced in segments (``aten/src/ATen/native/cuda/Embedding.cu``)."""
+SMALL_EMBEDDING_BACKWARD_MAX = 3072
+INDEX_PUT_ACCUMULATE = "index_put_accumulate"
+"""The ``ops_ns`` key of an ``index_put`` that accumulates (the backward of indexing): it sorts
+the indices first, so it costs several times one that does not."""
+CUBLAS_GEMMS = frozenset({"mm", "addmm", "bmm", "baddbmm"})
+"""Products that go through cuBLAS's per-shape heuristic
+(``intercept.host_time.gemm_heuristic``)."""
+
+
+def family_of(name: str) -> str:
+    """The host-cost family of an aten op that launches a kernel, by its name without the
+    ``aten::`` namespace and overload (``mm``, ``_foreach_add_``)."""
+    if name.startswith("_foreach_") or name in FUSED_OPTIMIZERS:
+        return "foreach"
+    if "attention" in name or "scaled_dot_product" in name:
+        return "attention"
+    for family, names in (("matmul", MATMUL), ("matmul_bias", MATMUL_BIAS), ("norm", NORM),
+                          ("softmax", SOFTMAX), ("reduction", REDUCTION),
+                          ("embedding", EMBEDDING), ("cat", CAT), ("index", INDEX),
+                          ("factory", FACTORY), ("alloc", ALLOC)):
+        if name in names:
+            return family
+    return "elementwise_inplace" if name.endswith("_") else "elementwise"
+
+
+@dataclass(frozen=True)
+class HostCostTable:
+    """Reference-host CPU ns per operation (see the module doc); loaded by :func:`load_table`."""
+
+    reference: str
+    """The ``simulation.host_cpu`` reference host the table was measured on."""
+    script_call_ns: int
+    """A plain Python call of two arguments there: what the clock still counts of an op."""
+    families_ns: dict[str, int]
+    """Per family, one call of one op (``view`` for ops that launch nothing)."""
+    foreach_per_tensor_ns: int
+    """A foreach or fused-optimizer call's cost per tensor beyond the first."""
+    ops_ns: dict[str, int]
+    """Ops whose host path departs from their family's (tens of kernels for a sort, a host
+    synchronisation to learn a count), by aten name, in place of the family's cost;
+    :data:`INDEX_PUT_ACCUMULATE` for an accumulating ``index_put`` (a sort inside),
+    :data:`SORT_SMALL` and :data:`EMBEDDING_BACKWARD_SMALL` where ATen takes a one-kernel path."""
+    collectives_ns: dict[str, int]
+    """c10d's call path per collective (``default`` for ops without a row of their own)."""
+    gemm: GemmHeuristic
+    """Extra cost of a cuBLAS product whose shape is new to the process."""
+    layers_ns: dict[str, int]
+    """What layers above an op cost per op (see the module doc): ``autograd_record``,
+    ``autograd_node``, ``tensor_subclass``."""
+    provenance: dict[str, Any]
+
+    def scaled_to(self, reference: str) -> "HostCostTable":
+        """The table for another reference host (``simulation.host_cpu``), scaled by the two
+        hosts' ``torch_ops`` component of the host-speed benchmark
+        (``intercept.host_time.host_benchmark``: torch's CPU op dispatch, what these costs are made
+        of)."""
+        if reference == self.reference:
+            return self
+        from phantora.calibration.host_references import references
+
+        hosts = references().hosts
+        if reference not in hosts:
+            raise ValueError(f"unknown reference host {reference!r}; expected one of "
+                             f"{', '.join(sorted(hosts))}")
+        factor = (hosts[reference].components_ns["torch_ops"]
+                  / hosts[self.reference].components_ns["torch_ops"])
+
+        def scale(values: dict[str, int]) -> dict[str, int]:
+            return {k: round(v * factor) for k, v in values.items()}
+
+        return HostCostTable(reference, round(self.script_call_ns * factor),
+                             scale(self.families_ns), round(self.foreach_per_tensor_ns * factor),
+                             scale(self.ops_ns), scale(self.collectives_ns),
+                             self.gemm.scaled(reference, factor), scale(self.layers_ns),
+                             {**self.provenance, "scaled_from": self.reference,
+                              "scale_factor": round(factor, 4)})
+
+    def op_ns(self, name: str, *, launches: bool, tensors: int = 1) -> int:
+        """The charge for one intercepted aten op (``name`` without namespace and overload):
+        its own row of ``ops_ns`` or else its family's reference cost, less the script's Python
+        call. ``launches``: whether it launches a kernel (views and metadata ops do not);
+        ``tensors``: the length of a foreach op's first list."""
+        if launches and name in self.ops_ns:
+            return max(0, self.ops_ns[name] - self.script_call_ns)
+        family = family_of(name) if launches else "view"
+        cost = self.families_ns[family]
+        if family == "foreach":
+            cost += self.foreach_per_tensor_ns * max(0, tensors - 1)
+        return max(0, cost - self.script_call_ns)
+
+    def collective_ns(self, op: str) -> int:
+        """The charge for issuing one collective through c10d (``all_reduce``, ``send``...)."""
+        cost = self.collectives_ns.get(op, self.collectives_ns["default"])
+        return max(0, cost - self.script_call_ns)
+
+
+def table_from_json(data: dict[str, Any], gemm: GemmHeuristic | None = None) -> HostCostTable:
+    """A table from its JSON form (with the shipped GEMM heuristic costs unless ``gemm`` is
+    given); names the bad key where one is missing."""
+    if data.get("version") != TABLE_VERSION:
+        raise ValueError(f"host cost table version {data.get('version')!r}; this code reads "
+                         f"version {TABLE_VERSION} (re-derive it with scripts/"
+                         "measure_host_costs.py --import-raw ... --import-ops ...)")
+    families = {k: int(v) for k, v in data["families_ns"].items()}
+    needed = {"view", "elementwise", "elementwise_inplace", "foreach", "matmul", "matmul_bias",
+              "norm", "softmax", "reduction", "embedding", "cat", "index", "factory", "alloc",
+              "attention"}
+    missing = needed - families.keys()
+    if missing:
+        raise ValueError(f"host cost table: families_ns lacks {sorted(missing)}")
+    if "ops_ns" not in data:
+        raise ValueError("host cost table: ops_ns missing (re-derive it with "
+                         "scripts/measure_host_costs.py --import-raw ... --import-ops ...)")
+    ops = {k: int(v) for k, v in data["ops_ns"].items()}
+    collectives = {k: int(v) for k, v in data["collectives_ns"].items()}
+    if "default" not in collectives:
+        raise ValueError("host cost table: collectives_ns lacks 'default'")
+    layers = {k: int(v) for k, v in data["layers_ns"].items()}
+    if layers.keys() != set(LAYERS):
+        raise ValueError(f"host cost table: layers_ns needs exactly {', '.join(LAYERS)}, "
+                         f"found {', '.join(sorted(layers))}")
+    gemm = load_gemm_heuristic() if gemm is None else gemm
+    if gemm.reference != data["reference"]:
+        raise ValueError(f"host cost table for {data['reference']!r}, GEMM heuristic costs for "
+                         f"{gemm.reference!r}: measure both on one reference host")
+    return HostCostTable(reference=str(data["reference"]),
+                         script_call_ns=int(data["script_call_ns"]), families_ns=families,
+                         foreach_per_tensor_ns=int(data["foreach_per_tensor_ns"]),
+                         ops_ns=ops, collectives_ns=collectives,
+                         gemm=gemm,
+                         layers_ns=layers, provenance=dict(data["provenance"]))
+
+
+@cache
+def load_table(path: Path = TABLE_PATH) -> HostCostTable:
+    """The shipped table (cached), with the fitted costs of the autograd engine's node and of a
+    tensor-subclass dispatch."""
+    table = table_from_json(json.loads(path.read_text()))
+    fit = load_fit()
+    return replace(table, layers_ns={**table.layers_ns, "autograd_node": fit.autograd_node_ns,
+                                     "tensor_subclass": fit.tensor_subclass_ns})
+
+
+def table_for(reference: str | None, gpu: str) -> HostCostTable:
+    """The shipped table for ``simulation.host_cpu`` ``reference``; ``None`` (reproducible mode)
+    or ``native`` (this machine's CPU, unscaled, for the script's Python) take the reference
+    host of ``gpu``, a catalogue key."""
+    from phantora.calibration.host_references import reference_host
+
+    return load_table().scaled_to(reference_host(reference, gpu))

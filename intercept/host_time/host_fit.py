@@ -1,0 +1,60 @@
+"""Host-time constants fitted on real training steps rather than measured on microbenchmarks.
+
+Two costs a microbenchmark gets wrong, so ``scripts/fit_host_time.py`` fits them on real steps
+of the example scripts at a configuration that is not in the accuracy harness
+(``scripts/data/host_fit/``), and the harness validates them:
+
+* ``python_cold_factor``: what a line of Python costs inside a training step against the same
+  line run hot in a loop (``scripts/measure_python_work.py``): between two lines the real host
+  ran a kernel launch or the CUDA driver, and the interpreter's caches are cold. Multiplies the
+  weights of ``intercept.host_time.python_work``.
+* ``tensor_subclass_ns``: DTensor's dispatch of one op beyond the op on its local tensors
+  (unwrapping, sharding propagation, wrapping), which the ``dtensor`` rows of the host-cost
+  table (one-device mesh, one op repeated) put at ~19 us.
+* ``autograd_node_ns``: the autograd engine's work per backward node beyond its ops, which the
+  ``backward`` rows (a chain of ``mul``, 28 us per node with its op, less a Python-issued
+  elementwise op) put at ~18 us.
+
+Both for the ``reference`` host; other reference hosts scale them as their tables do.
+No torch import.
+"""
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from phantora.calibration.tables import HOST_FIT
+
+
+@dataclass(frozen=True)
+class HostFit:
+    """The fitted constants (see the module doc)."""
+
+    reference: str
+    python_cold_factor: float
+    tensor_subclass_ns: int
+    autograd_node_ns: int
+    provenance: dict[str, Any]
+
+
+def fit_from_json(data: dict[str, Any]) -> HostFit:
+    """The constants from their JSON form; names the bad key."""
+    for key in ("reference", "python_cold_factor", "tensor_subclass_ns", "autograd_node_ns",
+                "provenance"):
+        if key not in data:
+            raise ValueError(f"host fit: {key!r} is missing (re-fit with "
+                             "scripts/fit_host_time.py)")
+    factor, subclass = float(data["python_cold_factor"]), int(data["tensor_subclass_ns"])
+    node = int(data["autograd_node_ns"])
+    if factor <= 0 or subclass < 0 or node < 0:
+        raise ValueError(f"host fit: python_cold_factor {factor} must be > 0, "
+                         f"tensor_subclass_ns {subclass} and autograd_node_ns {node} >= 0")
+    return HostFit(str(data["reference"]), factor, subclass, node, dict(data["provenance"]))
+
+
+@cache
+def load_fit(path: Path = HOST_FIT.path) -> HostFit:
+    """The shipped constants (cached)."""
+    return fit_from_json(json.loads(path.read_text()))
