@@ -11,9 +11,10 @@ makes of it:
 * every other op is **fused**: producers and consumers join one generated Triton kernel where
   Inductor's scheduler would fuse them (same iteration space, or a reduction with its
   element-wise prologue and epilogue, no cycle through another kernel), and a fused kernel moves
-  the bytes it reads from outside itself and writes for outside users once. Its time comes from
-  the Triton rows of the tables (``triton_pointwise``, ``triton_persistent_reduction``,
-  ``triton_reduction``: measured ``torch.compile`` kernels) by bytes.
+  the bytes it reads from outside itself and writes for outside users once. Which kind of
+  generated kernel that is, and so its time, is the compute model's
+  (``phantora.compute.inductor``: by bytes from the Triton rows of the tables, measured
+  ``torch.compile`` kernels); this module only plans the graph, which needs torch.
 
 At run time the graph is executed on fake tensors with its own kernels suppressed (outputs,
 saved activations and allocator traffic as usual) and the plan is launched instead. Host cost:
@@ -41,6 +42,7 @@ from torch._inductor.decomposition import select_decomp_table
 
 from intercept.dispatch import fake_mode, op_costs
 from intercept.process import shim
+from phantora.compute.inductor import generated_kernel
 from phantora.compute.ops import base_name
 from phantora.compute.spec import CONV_OPS, GROUPED_MATMUL_OPS, MATMUL_OPS, KernelSpec
 
@@ -70,11 +72,6 @@ NO_KERNEL_NAMES: frozenset[str] = frozenset({
     "_unsafe_view", "alias", "lift_fresh_copy", "detach", "sym_size", "sym_stride",
     "sym_numel", "sym_storage_offset", "_assert_tensor_metadata", "_assert_scalar",
 })
-
-POINTWISE_KERNEL = "inductor::triton_pointwise"
-ROW_REDUCTION_KERNEL = "inductor::triton_persistent_reduction"
-COLUMN_REDUCTION_KERNEL = "inductor::triton_reduction"
-"""Names of the generated kernels (their base names key the Triton rows of the tables)."""
 
 
 class CompiledRuntime(Protocol):
@@ -311,14 +308,8 @@ class _Planner:
         nbytes = sum(read.values()) + written
         if nbytes == 0:
             return None
-        if group.rnumel == 1:
-            name = POINTWISE_KERNEL
-        elif group.rnumel <= group.numel:
-            name = ROW_REDUCTION_KERNEL
-        else:
-            name = COLUMN_REDUCTION_KERNEL
         dtype = max(dtypes, key=dtypes.__getitem__) if dtypes else ""
-        return KernelSpec(name, 0, nbytes, dtype if dtype in ("bf16", "fp32") else "bf16")
+        return generated_kernel(nbytes, group.numel, group.rnumel, dtype)
 
     def _consumers(self, node: torch.fx.Node) -> Iterator[torch.fx.Node]:
         """Users of ``node`` through views (a view of it read elsewhere is a read of it)."""

@@ -23,7 +23,8 @@ A product is everything but the routed tokens: ``(op, dtype, layout, batch, n, k
 (``phantora/calibration/data/gemm_heuristic.json``) are fitted on profiled MoE training runs
 and checked on others.
 
-No torch import.
+A host (CPU) cost, not a kernel time: it lives with the other host-cost models
+(``intercept.host_time``; kernel times are ``phantora.compute``'s). No torch import.
 """
 
 import bisect

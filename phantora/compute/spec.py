@@ -18,8 +18,6 @@ CONV_OPS: frozenset[str] = frozenset({"convolution", "convolution_backward"})
 """Convolutions: shape ``(batch, in_channels, out_channels, input size, kernel, stride)``."""
 GROUPED_MATMUL_OPS: frozenset[str] = frozenset({"_grouped_mm"})
 """Grouped GEMMs (MoE experts): shape ``(groups, rows, n, k)``, rows summed over the groups."""
-TRITON_PREFIX = "triton_"
-"""Kernels Inductor generates (``torch.compile``): costed by bytes from the Triton rows."""
 
 MEMCPY_HTOD = "Memcpy HtoD"
 MEMCPY_DTOH = "Memcpy DtoH"

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from phantora.compute import inductor
 from phantora.compute.ops import SAME_KERNEL_AS, base_name
 from phantora.compute.spec import Family, KernelSpec
 
@@ -377,11 +378,12 @@ def conv_pass(name: str, dims: tuple[int, ...], flops: int) -> str:
     return "bwd" if flops > 1.5 * forward else "bwd_w"
 
 
-TRITON_ROWS: dict[str, str] = {"triton_pointwise": "triton_pointwise",
-                               "triton_pointwise4": "triton_pointwise",
-                               "triton_rows": "triton_persistent_reduction",
-                               "triton_sum_dim0": "triton_reduction"}
-"""Measured Inductor kernels (``section`` triton) -> the kind of generated kernel they time."""
+TRITON_ROWS: dict[str, str] = {"triton_pointwise": inductor.POINTWISE,
+                               "triton_pointwise4": inductor.POINTWISE,
+                               "triton_rows": inductor.PERSISTENT_REDUCTION,
+                               "triton_sum_dim0": inductor.REDUCTION}
+"""Measured Inductor kernels (``section`` triton) -> the kind of generated kernel they time
+(:mod:`.inductor`)."""
 
 
 def _add_row(builder: _Builder, row: MeasuredRow) -> None:

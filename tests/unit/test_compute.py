@@ -6,10 +6,11 @@ import pytest
 from phantora.calibration.gpu import HOST_LINK_GBS
 from phantora.cluster.catalogue import lookup_gpu
 from phantora.compute import ComputeModel, CostSource, Coverage, KernelSpec
+from phantora.compute.inductor import generated_kernel
 from phantora.compute.model import HOST_COPY_LATENCY_NS, table_path
 from phantora.compute.ops import base_name, is_memory_bound
 from phantora.compute.spec import MEMCPY_HTOD, STRIDED, Family
-from phantora.compute.table import KernelTable
+from phantora.compute.table import TRITON_ROWS, KernelTable
 
 H100 = lookup_gpu("h100")
 H200 = lookup_gpu("h200")
@@ -237,3 +238,19 @@ def test_grouped_gemms_and_triton_kernels_come_from_their_rows(h100: ComputeMode
     assert small.source is large.source is CostSource.INTERPOLATED
     assert small.duration_ns < large.duration_ns / 100
     assert 2.5e3 < 5 * 2**29 / large.duration_ns < 3.4e3  # GB/s of a large fused kernel
+
+
+@pytest.mark.parametrize(("numel", "rnumel", "dtype", "name", "costed_as"), [
+    (4096, 1, "bf16", "inductor::triton_pointwise", "bf16"),
+    (4096, 1024, "fp32", "inductor::triton_persistent_reduction", "fp32"),
+    (1024, 4096, "fp16", "inductor::triton_reduction", "bf16"),
+])
+def test_generated_kernels_are_costed_by_their_kind_from_the_triton_rows(
+        h100: ComputeModel, numel: int, rnumel: int, dtype: str, name: str,
+        costed_as: str) -> None:
+    """A kernel Inductor generates is named by its iteration space, and every kind has measured
+    Triton rows (``phantora.compute.inductor``, the rank side plans only which ops it fuses)."""
+    spec = generated_kernel(2**24, numel, rnumel, dtype)
+    assert (spec.name, spec.dtype, spec.flops, spec.bytes) == (name, costed_as, 0, 2**24)
+    assert base_name(spec.name) in TRITON_ROWS.values()
+    assert h100.cost(spec).source is CostSource.INTERPOLATED

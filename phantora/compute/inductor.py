@@ -1,0 +1,37 @@
+"""The kernels Inductor generates for ``torch.compile``, as the compute model costs them.
+
+Inductor fuses element-wise ops and reductions into generated Triton kernels. Which ops join one
+kernel, and the bytes it reads from outside itself and writes for outside users, is planned on
+the rank side from the compiled ATen graph (``intercept.dispatch.compiled``: it needs torch's FX
+graph and Inductor's lowering table). What such a kernel costs is decided here, without torch:
+its kind follows from its iteration space (:func:`generated_kernel`), and each kind is costed by
+bytes from the measured Triton rows of the kernel tables (``section`` triton of
+``phantora/calibration/data/``, read by :mod:`.table`).
+"""
+
+from phantora.compute.spec import KernelSpec
+
+POINTWISE = "triton_pointwise"
+"""An element-wise kernel (no reduction)."""
+PERSISTENT_REDUCTION = "triton_persistent_reduction"
+"""A reduction over rows no longer than the outer space: one block holds a whole row (layer
+norm, softmax, a row sum)."""
+REDUCTION = "triton_reduction"
+"""A reduction over more elements per output than there are outputs (a column sum): looped."""
+NAMESPACE = "inductor"
+"""Generated kernels are named ``inductor::<kind>`` in the trace and the coverage."""
+MEASURED_DTYPES = ("bf16", "fp32")
+"""The dtypes the Triton rows were measured in; a kernel of another is costed as bf16."""
+
+
+def generated_kernel(nbytes: int, numel: int, rnumel: int, dtype: str) -> KernelSpec:
+    """One generated kernel that moves ``nbytes`` over ``numel`` outer elements, reducing
+    ``rnumel`` elements into each (1: element-wise), mostly in ``dtype``."""
+    if rnumel == 1:
+        kind = POINTWISE
+    elif rnumel <= numel:
+        kind = PERSISTENT_REDUCTION
+    else:
+        kind = REDUCTION
+    return KernelSpec(f"{NAMESPACE}::{kind}", 0, nbytes,
+                      dtype if dtype in MEASURED_DTYPES else MEASURED_DTYPES[0])
