@@ -14,22 +14,25 @@ a bad scenario, 1 otherwise), never a traceback.
 import argparse
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
 
-from phantora.cli.build import build_topology, make_backend, nccl_config
+from phantora.cli.build import build_topology, link_failures, make_backend, nccl_config
 from phantora.cluster.catalogue import GpuSpec, lookup_gpu
 from phantora.cluster.topology import Topology
-from phantora.collectives import CollectiveRequest, NcclConfig, SystemInfo
+from phantora.collectives import CollectiveRequest, FlowSpec, NcclConfig, SystemInfo
 from phantora.engine.benchmark import run_collective
 from phantora.errors import PhantoraError, ScenarioError
-from phantora.network.base import NetworkBackend
+from phantora.network.base import LinkFailure, NetworkBackend
 from phantora.report.benchmark import collective_result
 from phantora.report.console import (attribution_table, collectives_table, coverage_line,
                                      fabric_line, hot_ports_table, ranks_table, with_progress)
+from phantora.report.faults import FlowBytes, fault_lines, fault_rows
 from phantora.report.summary import CollectiveResult, Summary
 from phantora.scenario import (
     CollectivesWorkload,
@@ -37,6 +40,9 @@ from phantora.scenario import (
     ScriptWorkload,
     load_scenario,
 )
+
+if TYPE_CHECKING:
+    from phantora.record.script_runner import ScriptRun
 
 
 def run_scenario(scenario: Scenario, out_dir: Path, console: Console,
@@ -46,22 +52,30 @@ def run_scenario(scenario: Scenario, out_dir: Path, console: Console,
     instead of running the script (:mod:`phantora.record.replay`)."""
     wall_start = time.perf_counter()
     cluster = scenario.cluster
-    topology = build_topology(cluster)
+    topology = build_topology(cluster, scenario.faults)
+    failures = link_failures(scenario, topology)
     gpu = lookup_gpu(cluster.gpu)
-    backend = make_backend(topology, cluster.network, scenario.seed)
+    backend = make_backend(topology, cluster.network, scenario.seed, failures)
     setup_s = time.perf_counter() - wall_start
     summary = Summary(scenario=scenario.echo(), workload=scenario.workload.kind)
+    flows: Sequence[FlowBytes] = ()
+    scaled_kernel_ns: dict[int, int] = {}
     try:
         if replay_of is not None:
             from phantora.cli.replay import replay_run
-            replay_run(replay_of, scenario, summary, topology, gpu, backend, out_dir)
+            result = replay_run(replay_of, scenario, summary, topology, gpu, backend, out_dir)
+            flows, scaled_kernel_ns = result.flows, result.scaled_kernel_ns
         elif isinstance(scenario.workload, CollectivesWorkload):
-            _sweep(scenario.workload, summary, topology, gpu, nccl_config(scenario.nccl),
-                   backend, console)
+            flows = _sweep(scenario.workload, summary, topology, gpu, nccl_config(scenario.nccl),
+                           backend, console)
         else:
-            backend = _script(scenario.workload, scenario, summary, topology, gpu, backend,
-                              out_dir, console)
+            run = _script(scenario.workload, scenario, summary, topology, gpu, backend,
+                          failures, out_dir, console)
+            backend = run.backend
+            flows, scaled_kernel_ns = run.result.flows, run.result.scaled_kernel_ns
         summary.network = asdict(backend.stats())
+        summary.faults = fault_rows(scenario.faults, topology, flows, scaled_kernel_ns,
+                                    summary.network["extra"])
         summary.simulated_ns = summary.simulated_ns or backend.now_ns()
     finally:
         backend.close()
@@ -72,22 +86,27 @@ def run_scenario(scenario: Scenario, out_dir: Path, console: Console,
 
 
 def _sweep(workload: CollectivesWorkload, summary: Summary, topology: Topology, gpu: GpuSpec,
-           config: NcclConfig, backend: NetworkBackend, console: Console) -> None:
+           config: NcclConfig, backend: NetworkBackend, console: Console) -> list[FlowSpec]:
+    """Run every collective of the sweep; the flows they ran."""
     system = SystemInfo.from_topology(topology, gpu)
     points = [(op, nbytes) for op in workload.ops for nbytes in workload.sizes_bytes]
+    flows: list[FlowSpec] = []
 
     def row(op: str, nbytes: int) -> CollectiveResult:
         request = CollectiveRequest.make(op, workload.ranks, nbytes, workload.dtype_bytes)
-        return collective_result(request, *run_collective(request, system, config, backend))
+        dag, time_ns = run_collective(request, system, config, backend)
+        flows.extend(dag.flows)
+        return collective_result(request, dag, time_ns)
 
     summary.collectives = [
         row(op, nbytes) for op, nbytes in with_progress(points, len(points), "simulating", console)]
+    return flows
 
 
 def _script(workload: ScriptWorkload, scenario: Scenario, summary: Summary, topology: Topology,
-            gpu: GpuSpec, backend: NetworkBackend, out_dir: Path, console: Console
-            ) -> NetworkBackend:
-    """Run the script; the backend its result ran on (another after a regroup)."""
+            gpu: GpuSpec, backend: NetworkBackend, failures: Sequence[LinkFailure],
+            out_dir: Path, console: Console) -> "ScriptRun":
+    """Run the script; its result, and the backend it ran on (another after a regroup)."""
     # Imported here: only script workloads need the launcher (and, in the ranks, torch).
     from phantora.record.script_runner import run_script
     from phantora.report.live_summary import fill_live_summary
@@ -98,13 +117,15 @@ def _script(workload: ScriptWorkload, scenario: Scenario, summary: Summary, topo
         out_dir, echo=lambda line: console.print(f"[dim]\\[rank0][/dim] {escape(line)}",
                                                  highlight=False, soft_wrap=True),
         seed=scenario.seed,
-        new_backend=lambda: make_backend(topology, scenario.cluster.network, scenario.seed),
-        note=lambda line: console.print(escape(line), style="yellow", highlight=False))
+        new_backend=lambda: make_backend(topology, scenario.cluster.network, scenario.seed,
+                                         failures),
+        note=lambda line: console.print(escape(line), style="yellow", highlight=False),
+        kernel_scale=scenario.kernel_scale())
     attribution = fill_live_summary(summary, run.result, run.coverage, run.backend, topology)
     if run.regroups:
         summary.dedup["regroups"] = run.regroups
     write_trace(run.result, out_dir / "trace.json", attribution=attribution)
-    return run.backend
+    return run
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,6 +192,8 @@ def simulate(scenario: Scenario, out_dir: Path, console: Console,
     for fabric in (fabric_line(summary.network), hot_ports_table(summary.network)):
         if fabric is not None:
             console.print(fabric, highlight=False)
+    for line in fault_lines(summary.faults):
+        console.print(line, highlight=False)
     if summary.replay and summary.replay["difference_pct"] is not None:
         console.print(f"replay: {summary.simulated_ns / 1e6:.3f} ms simulated, live "
                       f"{summary.replay['live_simulated_ns'] / 1e6:.3f} ms "

@@ -3,14 +3,20 @@ the collective model's config.
 
 All sizing decisions (spine count, fat-tree k, hosts per leaf) were made when the scenario
 was resolved; :func:`build_topology` only maps them onto the builders in
-:mod:`phantora.cluster.topology`. NVLink traffic inside hosts is always simulated by the fluid
+:mod:`phantora.cluster.topology`, with ``nic_degrade`` faults' NICs at their rate.
+:func:`link_failures` checks ``link_down`` faults against the built topology (the one place
+that knows its link names) and turns them into the backends' :class:`LinkFailure` records. NVLink traffic inside hosts is always simulated by the fluid
 model (fast, and NVLink has no congestion control to model); the fabric between hosts by ns-3
 (packet level, default) or by the same fluid model (``cluster.network.backend: flow``).
 """
 
+from collections.abc import Collection, Sequence
+from dataclasses import replace
+
 from phantora.cluster.catalogue import lookup_gpu
 from phantora.cluster.topology import (
     HostSpec,
+    LinkKind,
     Topology,
     fat_tree,
     leaf_spine,
@@ -18,15 +24,20 @@ from phantora.cluster.topology import (
     single_host,
 )
 from phantora.collectives import NcclConfig
-from phantora.network.base import NetworkBackend
+from phantora.network.base import LinkFailure, NetworkBackend
 from phantora.network.composite import CompositeBackend
 from phantora.network.flow import FluidBackend
+from phantora.scenario.messages import Problem, did_you_mean, scenario_error
 from phantora.scenario.model import (
     ClusterConfig,
     FatTreeFabric,
+    Fault,
     LeafSpineFabric,
+    LinkDownFault,
     NcclOverrides,
     NetworkConfig,
+    NicDegradeFault,
+    Scenario,
 )
 
 NVLINK_LATENCY_NS = 300
@@ -45,36 +56,110 @@ def host_spec(cluster: ClusterConfig) -> HostSpec:
                     nvlink_latency_ns=NVLINK_LATENCY_NS, nic_gbps=nic_gbps)
 
 
-def build_topology(cluster: ClusterConfig) -> Topology:
-    """The cluster graph: one host alone, or hosts joined by the configured fabric."""
+def build_topology(cluster: ClusterConfig, faults: Sequence[Fault] = ()) -> Topology:
+    """The cluster graph: one host alone, or hosts joined by the configured fabric; the NICs
+    of ``nic_degrade`` faults' hosts at their degraded rate."""
     host = host_spec(cluster)
     network = cluster.network
     if network is None:
         return single_host(host)
     fabric = network.topology
     if isinstance(fabric, FatTreeFabric):
-        return fat_tree(host, cluster.hosts, fabric.k, network.link_gbps, network.link_latency_ns)
-    if isinstance(fabric, LeafSpineFabric):
-        return leaf_spine(host, cluster.hosts, fabric.hosts_per_leaf, fabric.spines,
-                          network.link_gbps, network.link_latency_ns)
-    return rail_optimized(host, cluster.hosts, fabric.spines, network.link_gbps,
-                          network.link_latency_ns)
+        topology = fat_tree(host, cluster.hosts, fabric.k, network.link_gbps,
+                            network.link_latency_ns)
+    elif isinstance(fabric, LeafSpineFabric):
+        topology = leaf_spine(host, cluster.hosts, fabric.hosts_per_leaf, fabric.spines,
+                              network.link_gbps, network.link_latency_ns)
+    else:
+        topology = rail_optimized(host, cluster.hosts, fabric.spines, network.link_gbps,
+                                  network.link_latency_ns)
+    for fault in faults:
+        if isinstance(fault, NicDegradeFault):
+            for link in nics_of_hosts(topology, fault.hosts):
+                topology.links[link] = replace(topology.links[link], gbps=fault.nic_gbps_after)
+    return topology
 
 
-def make_backend(topology: Topology, network: NetworkConfig | None, seed: int) -> NetworkBackend:
-    """The composite backend for ``topology``; ``network`` is ``None`` for a single host."""
+def nics_of_hosts(topology: Topology, hosts: Collection[int]) -> list[int]:
+    """The NIC links of every GPU of ``hosts``."""
+    return [topology.nic_of(gpu) for gpu in range(topology.num_gpus)
+            if topology.host_of(gpu) in hosts]
+
+
+def link_failures(scenario: Scenario, topology: Topology) -> tuple[LinkFailure, ...]:
+    """The scenario's ``link_down`` faults as the backends take them. A name that is no
+    switch-to-switch link of ``topology`` (NIC and NVLink links cut GPUs off), a link named
+    twice, or failures that together cut hosts apart are a :class:`ScenarioError` naming
+    ``faults[i].link`` and, for a bad name, the links that may fail."""
+    problems: list[Problem] = []
+    failures: dict[int, LinkFailure] = {}
+    """Fault index -> its failure."""
+    fabric = [i for i, link in enumerate(topology.links) if link.kind is LinkKind.FABRIC]
+    names = [topology.link_name(i) for i in fabric]
+    for index, fault in enumerate(scenario.faults):
+        if not isinstance(fault, LinkDownFault):
+            continue
+        path, link = f"faults[{index}].link", topology.link_named(fault.link)
+        if link is None or topology.links[link].kind is not LinkKind.FABRIC:
+            what = ("names no link of the topology" if link is None else
+                    f"is a {topology.links[link].kind.value} link, which cuts its GPU off")
+            problems.append((path, f'got "{fault.link}", which {what}; '
+                                   + _fabric_links_hint(fault.link, names, topology)))
+            continue
+        twice = [i for i, failure in failures.items() if failure.link == link]
+        if twice:
+            problems.append((path, f"{fault.link} already goes down in faults[{twice[0]}] and "
+                                   "stays down; list each link once"))
+            continue
+        failures[index] = LinkFailure(link, fault.at_ns)
+    down: set[int] = set()
+    for index, failure in sorted(failures.items(), key=lambda item: item[1].at_ns):
+        down.add(failure.link)
+        partition = topology.partition_by(down)
+        if partition is not None:
+            problems.append((f"faults[{index}].link",
+                             f"{partition}; a link_down must leave a path between every two "
+                             "hosts: take down another link, or add spines"))
+            break
+    if problems:
+        raise scenario_error(scenario.source, problems)
+    return tuple(failures.values())
+
+
+_LISTED_LINKS = 24
+"""Link names listed in a message before the rest are counted."""
+
+
+def _fabric_links_hint(name: str, names: list[str], topology: Topology) -> str:
+    """Which links may fail: all (or the first) switch-to-switch links, and the likely one."""
+    if not names:
+        return (f"the {topology.name} fabric has no switch-to-switch links (no spine layer), "
+                "so any link down cuts GPUs off; remove this fault")
+    listed = ", ".join(names[:_LISTED_LINKS])
+    if len(names) > _LISTED_LINKS:
+        listed += f", ... ({len(names)} in all)"
+    guess = did_you_mean(name, names)
+    return (f"expected a switch-to-switch link: {listed}"
+            + (f'; did you mean "{guess}"?' if guess else ""))
+
+
+def make_backend(topology: Topology, network: NetworkConfig | None, seed: int,
+                 failures: Sequence[LinkFailure] = ()) -> NetworkBackend:
+    """The composite backend for ``topology``; ``network`` is ``None`` for a single host.
+    ``failures`` (fabric links, :func:`link_failures`) go to the fabric's backend."""
     intra = FluidBackend(topology, scope="intra")
     if network is None:
         return CompositeBackend(topology, intra, None)
     if network.backend == "flow":
-        return CompositeBackend(topology, intra, FluidBackend(topology, scope="inter"))
+        return CompositeBackend(topology, intra,
+                                FluidBackend(topology, scope="inter", failures=failures))
     from phantora.network.ns3 import Ns3Backend, Ns3Config  # ns-3 loads only when used
 
     config = Ns3Config(mtu_bytes=network.mtu_bytes,
                        switch_buffer_bytes=network.switch_buffer_bytes,
                        ecn_threshold_bytes=network.ecn_threshold_bytes,
                        transport=network.transport, roce=network.roce, seed=seed + 1)
-    return CompositeBackend(topology, intra, Ns3Backend(topology, config))
+    return CompositeBackend(topology, intra, Ns3Backend(topology, config, failures=failures))
 
 
 def nccl_config(overrides: NcclOverrides) -> NcclConfig:

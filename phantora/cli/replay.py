@@ -13,6 +13,7 @@ from phantora.cluster.catalogue import GpuSpec
 from phantora.cluster.topology import Topology
 from phantora.collectives import SystemInfo
 from phantora.compute import Coverage
+from phantora.engine.live import LiveResult
 from phantora.engine.overlap import MEASURED_OVERLAP
 from phantora.network.base import NetworkBackend
 from phantora.record.graph import Recording, RecordingError, load_recording
@@ -44,8 +45,9 @@ def check_fits(recording: Recording, scenario: Scenario, gpu: GpuSpec) -> list[i
 
 
 def replay_run(run_dir: Path, scenario: Scenario, summary: Summary, topology: Topology,
-               gpu: GpuSpec, backend: NetworkBackend, out_dir: Path) -> None:
-    """Replay ``run_dir``: a recorded run, or a folder of Chakra ETs from another tool."""
+               gpu: GpuSpec, backend: NetworkBackend, out_dir: Path) -> LiveResult:
+    """Replay ``run_dir``: a recorded run, or a folder of Chakra ETs from another tool; the
+    scenario's ``slow_gpu`` faults scale the recorded kernels. Returns what the engine ran."""
     from phantora.study.chakra.importer import chakra_files, load_chakra
 
     chakra = run_dir.is_dir() and bool(chakra_files(run_dir))
@@ -54,8 +56,10 @@ def replay_run(run_dir: Path, scenario: Scenario, summary: Summary, topology: To
     coverage = None if chakra else Coverage(gpu)
     replayed = replay(recording, topology, SystemInfo.from_topology(topology, gpu),
                       nccl_config(scenario.nccl), backend, gpus, coverage=coverage,
-                      overlap=MEASURED_OVERLAP if scenario.simulation.overlap_slowdown else None)
+                      overlap=MEASURED_OVERLAP if scenario.simulation.overlap_slowdown else None,
+                      kernel_scale=scenario.kernel_scale())
     attribution = fill_live_summary(summary, replayed.result, coverage, backend, topology,
                                     replayed.step_ends)
     summary.replay = comparison(recording, replayed)
     write_trace(replayed.result, out_dir / "trace.json", attribution=attribution)
+    return replayed.result

@@ -34,11 +34,13 @@ class SystemInfo:
 
     @classmethod
     def from_topology(cls, topology: Topology, gpu: GpuSpec) -> "SystemInfo":
-        """Read link rates and hop latencies off a built topology (GPU 0 is representative)."""
+        """Read link rates and hop latencies off a built topology (GPU 0 is representative;
+        the NIC rate is the slowest NIC's, as NCCL's ranks agree on the minimum of their
+        graphs' bandwidths)."""
         nvlink = topology.links[topology.nvlink_of(0)]
         nic_gbps, net_latency_ns = 0.0, 0
         if topology.hosts > 1:
-            nic_gbps = topology.links[topology.nic_of(0)].gbps
+            nic_gbps = min(link.gbps for link in topology.links if link.kind is LinkKind.NIC)
             # Same rail on the next host: the path NCCL's rail-aligned rings and trees take.
             path = topology.fabric_path(0, topology.gpus_per_host, flow_key=0)
             net_latency_ns = sum(topology.links[link].latency_ns for link in path)

@@ -31,7 +31,7 @@ representative's and is ready when that is (:mod:`.mirrors`).
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from multiprocessing.connection import Connection, wait
 
@@ -190,6 +190,8 @@ class LiveResult:
     network: NetworkStats = field(default_factory=lambda: NetworkStats("none"))
     classes: RankClasses | None = None
     """Which ranks ran live and which mirrored (``None``: all live)."""
+    scaled_kernel_ns: dict[int, int] = field(default_factory=dict)
+    """Per rank with a ``kernel_scale`` factor: the GPU time it added (negative: took off)."""
 
     @property
     def simulated_ns(self) -> int:
@@ -222,6 +224,7 @@ class _Rank:
         "gpu",
         "promise_ns",
         "rank",
+        "scaled_extra_ns",
         "state",
         "stats",
         "sync",
@@ -247,6 +250,8 @@ class _Rank:
         """Counts syncs, so a completion that fires after its sync was answered is ignored."""
         self.blocked_ns = 0
         self.collectives = 0
+        self.scaled_extra_ns = 0
+        """GPU time its ``kernel_scale`` factor added to its kernels (negative: took off)."""
         self.stats = RankStats()
         """What the rank reported about itself when it exited."""
 
@@ -260,18 +265,24 @@ class LiveEngine:
                  coverage: Coverage | None = None, record_flows: bool = False,
                  overlap: OverlapModel | None = MEASURED_OVERLAP,
                  kernel_gap_ns: int = KERNEL_GAP_NS.value,
-                 classes: RankClasses | None = None) -> None:
+                 classes: RankClasses | None = None,
+                 kernel_scale: Mapping[int, float] | None = None) -> None:
         """``connections[rank]`` is the coordinator's end of each live rank's pipe (every
         rank's, unless ``classes`` deduplicates ranks: then the others mirror theirs);
         ``gpus_of_rank[rank]`` the global GPU the rank drives; ``coverage`` (if given)
         accumulates every kernel's cost source; ``overlap`` how collectives in flight slow a
         GPU's kernels (``None``: not at all); ``kernel_gap_ns`` the GPU's idle time between
-        back-to-back kernels (``phantora.calibration.gpu.KERNEL_GAP_NS``)."""
+        back-to-back kernels (``phantora.calibration.gpu.KERNEL_GAP_NS``);
+        ``kernel_scale[rank]`` multiplies the durations of the rank's kernels as they arrive
+        (a ``slow_gpu`` fault), which needs a timeline of its own: a scaled rank may neither
+        mirror another nor be mirrored (:class:`SimulationError` otherwise)."""
         world = len(gpus_of_rank)
         self._classes = classes or RankClasses.all_live(world)
         if self._classes.world != world:
             raise SimulationError(f"rank classes {self._classes} are for "
                                   f"{self._classes.world} ranks, but gpus_of_rank names {world}")
+        self._kernel_scale = dict(kernel_scale or {})
+        _check_scaled_ranks(self._kernel_scale, self._classes)
         if sorted(connections) != self._classes.live_ranks():
             raise SimulationError(f"connections are for ranks {sorted(connections)}, but "
                                   f"{self._classes.describe()} are "
@@ -396,11 +407,16 @@ class LiveEngine:
         floor_ns = rank.promise_ns
         if self._classes.deduplicated:
             self._check_classes(rank, batch)
+        scale = self._kernel_scale.get(rank.rank)
         for op in batch.ops:
             if op.at_ns < floor_ns:
                 raise SimulationError(f"rank {rank.rank} sent {op} at {op.at_ns} ns, earlier than "
                                       f"its clock had promised ({floor_ns} ns)")
             floor_ns = op.at_ns
+            if scale is not None and isinstance(op, Kernel):
+                scaled = replace(op, duration_ns=round(op.duration_ns * scale))
+                rank.scaled_extra_ns += scaled.duration_ns - op.duration_ns
+                op = scaled
             self._count_op(rank, op)
             rank.device.apply(op)
         rank.promise_ns = batch.clock_ns
@@ -707,4 +723,27 @@ class LiveEngine:
             counts=counts,
             network=self._backend.stats(),
             classes=self._classes if self._classes.deduplicated else None,
+            scaled_kernel_ns={rank: self._ranks[rank].scaled_extra_ns
+                              for rank in sorted(self._kernel_scale)},
         )
+
+
+def _check_scaled_ranks(kernel_scale: Mapping[int, float], classes: RankClasses) -> None:
+    """A rank whose kernels are scaled runs on its own timeline: it may not be a mirror (which
+    takes its representative's) nor a representative others mirror."""
+    mirrors = classes.mirrors()
+    followed = Counter(mirrors.values())
+    for rank in sorted(kernel_scale):
+        if not 0 <= rank < classes.world:
+            raise SimulationError(f"kernel_scale names rank {rank}, but there are ranks 0 to "
+                                  f"{classes.world - 1}")
+        if rank in mirrors:
+            role = f"mirrors rank {mirrors[rank]}'s timeline"
+        elif followed[rank]:
+            role = f"lends its timeline to {followed[rank]} mirrored ranks"
+        else:
+            continue
+        raise SimulationError(
+            f"slow_gpu slows rank {rank}, which {role} under rank deduplication "
+            f"({classes.describe()}); a slowed rank needs a GPU timeline of its own: record "
+            "the run with simulation.dedup: off, then replay it")

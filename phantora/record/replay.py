@@ -16,7 +16,7 @@ the live run's measurement, not re-measured; tensor values are not carried.
 
 import threading
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection
@@ -126,9 +126,11 @@ class ReplayResult:
 
 def replay(recording: Recording, topology: Topology, system: SystemInfo, nccl: NcclConfig,
            backend: NetworkBackend, gpus_of_rank: Sequence[int], *, coverage: Coverage | None,
-           overlap: OverlapModel | None) -> ReplayResult:
-    """Run the recorded graph through a live engine on ``backend``; raises what the engine
-    raises (a deadlock, say, if the recording was edited into an inconsistent one)."""
+           overlap: OverlapModel | None,
+           kernel_scale: Mapping[int, float] | None = None) -> ReplayResult:
+    """Run the recorded graph through a live engine on ``backend`` (``kernel_scale``: rank ->
+    factor on its recorded kernels' durations, as the engine takes it); raises what the
+    engine raises (a deadlock, say, if the recording was edited into an inconsistent one)."""
     classes = recording.classes
     pipes = {rank: Pipe() for rank in classes.live_ranks()}
     live_ends = recording.meta.get("step_ends_ns")
@@ -137,7 +139,8 @@ def replay(recording: Recording, topology: Topology, system: SystemInfo, nccl: N
                for rank, (_, child) in pipes.items()]
     engine = LiveEngine(topology, system, nccl, backend,
                         {rank: parent for rank, (parent, _) in pipes.items()}, gpus_of_rank,
-                        coverage=coverage, overlap=overlap, record_flows=True, classes=classes)
+                        coverage=coverage, overlap=overlap, record_flows=True, classes=classes,
+                        kernel_scale=kernel_scale)
     for driver in drivers:
         driver.start()
     try:

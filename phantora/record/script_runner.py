@@ -9,7 +9,7 @@ Whatever happens - a crash, a deadlock, Ctrl-C - every rank process is gone when
 """
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,16 +65,25 @@ def run_script(workload: ScriptWorkload, simulation: SimulationConfig, topology:
                gpu: GpuSpec, nccl: NcclConfig, backend: NetworkBackend, out_dir: Path,
                echo: Callable[[str], None], seed: int = 0,
                new_backend: Callable[[], NetworkBackend] | None = None,
-               note: Callable[[str], None] | None = None) -> ScriptRun:
+               note: Callable[[str], None] | None = None,
+               kernel_scale: Mapping[int, float] | None = None) -> ScriptRun:
     """Run the script on every rank to completion (``seed``: the value model's) and record its
     execution graph to ``out_dir/graph`` (:mod:`.recorder`); raises DeadlockError /
     RankCrashed. A run that starts again (:class:`RegroupRanks`) closes ``backend`` and runs
     on ``new_backend()``; without it, every rank runs live from the start. ``note`` tells the
-    user about rank deduplication (default ``echo``)."""
+    user about rank deduplication (default ``echo``). ``kernel_scale``: rank -> factor on its
+    kernels' durations (``slow_gpu`` faults); with any, every rank runs live (a mirror takes
+    its representative's timeline). The recording keeps the kernels as the ranks costed them,
+    unscaled."""
     note = note or echo
     world = workload.world_size
     classes = RankClasses.choose(world) if simulation.dedup == "auto" and new_backend else \
         RankClasses.all_live(world)
+    if kernel_scale and classes.deduplicated:
+        note(f"rank deduplication off: slow_gpu slows rank(s) "
+             f"{', '.join(map(str, sorted(kernel_scale)))}, and a mirrored rank would take its "
+             "representative's timeline; every rank runs live")
+        classes = RankClasses.all_live(world)
     wrong: list[RankClasses] = []
     regroups: list[str] = []
     while True:
@@ -82,7 +91,7 @@ def run_script(workload: ScriptWorkload, simulation: SimulationConfig, topology:
             note(f"rank deduplication: {classes.describe()}")
         try:
             result, coverage = _run_once(workload, simulation, topology, gpu, nccl,
-                                         backend, out_dir, echo, seed, classes)
+                                         backend, out_dir, echo, seed, classes, kernel_scale)
             return ScriptRun(result, coverage, backend, regroups)
         except RegroupRanks as regroup:
             assert new_backend is not None
@@ -98,8 +107,8 @@ def run_script(workload: ScriptWorkload, simulation: SimulationConfig, topology:
 
 def _run_once(workload: ScriptWorkload, simulation: SimulationConfig, topology: Topology,
               gpu: GpuSpec, nccl: NcclConfig, backend: NetworkBackend, out_dir: Path,
-              echo: Callable[[str], None], seed: int, classes: RankClasses
-              ) -> tuple[LiveResult, Coverage]:
+              echo: Callable[[str], None], seed: int, classes: RankClasses,
+              kernel_scale: Mapping[int, float] | None) -> tuple[LiveResult, Coverage]:
     coverage = Coverage(gpu)
     args = [arg.replace(OUT_PLACEHOLDER, str(out_dir)) for arg in workload.args]
     launcher = Launcher(program_of(workload), args, workload.env, workload.world_size,
@@ -126,7 +135,7 @@ def _run_once(workload: ScriptWorkload, simulation: SimulationConfig, topology: 
                                 connections, gpus,  # type: ignore[arg-type]
                                 coverage=coverage, record_flows=True,
                                 overlap=MEASURED_OVERLAP if simulation.overlap_slowdown else None,
-                                classes=classes)
+                                classes=classes, kernel_scale=kernel_scale)
             result = engine.run()
             write_recording(out_dir, logs, result, gpu.name, gpus, classes)
         finally:

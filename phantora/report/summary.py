@@ -64,6 +64,8 @@ class Summary:
     op and tier), pipeline bubble, waiting for other ranks and host-bound idle
     (:mod:`phantora.report.attribution`)."""
     network: dict[str, Any] = field(default_factory=dict)
+    faults: list[dict[str, Any]] = field(default_factory=list)
+    """The scenario's faults, each with what it did (:mod:`phantora.report.faults`)."""
     simulated_ns: int = 0
     wall_seconds: dict[str, float] = field(default_factory=dict)
     peak_rss_bytes: int = 0

@@ -19,6 +19,7 @@ Algorithm = Literal["auto", "ring", "tree", "nvls"]
 Protocol = Literal["auto", "simple", "ll", "ll128"]
 CollectiveOp = Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
                        "all_to_all"]
+FaultKind = Literal["slow_gpu", "nic_degrade", "link_down"]
 Dtype = Literal["int8", "uint8", "fp8", "fp16", "bf16", "fp32", "int32", "uint32", "fp64",
                 "int64", "uint64"]
 
@@ -180,6 +181,39 @@ class SimulationConfig(_Resolved):
 Workload = Annotated[CollectivesWorkload | ScriptWorkload, Field(discriminator="kind")]
 
 
+class SlowGpuFault(_Resolved):
+    """A straggler: these ranks' kernels take ``factor`` times as long (the live engine scales
+    each kernel's duration as it arrives)."""
+
+    kind: Literal["slow_gpu"] = "slow_gpu"
+    ranks: tuple[int, ...]
+    factor: float
+
+
+class NicDegradeFault(_Resolved):
+    """Every NIC of these hosts runs at ``factor`` x its rate (the topology is built so)."""
+
+    kind: Literal["nic_degrade"] = "nic_degrade"
+    hosts: tuple[int, ...]
+    factor: float
+    nic_gbps_before: float
+    nic_gbps_after: float
+    """``nic_gbps_before x factor``, each direction."""
+
+
+class LinkDownFault(_Resolved):
+    """A fabric link, named by its two ends (``Topology.link_name``), fails at ``at_ns`` and
+    stays down; the name is checked against the built topology (``phantora.cli.build``)."""
+
+    kind: Literal["link_down"] = "link_down"
+    link: str
+    at_ns: int
+    """Virtual time from the run's start."""
+
+
+Fault = Annotated[SlowGpuFault | NicDegradeFault | LinkDownFault, Field(discriminator="kind")]
+
+
 class Scenario(_Resolved):
     """A validated scenario with every default resolved."""
 
@@ -191,6 +225,13 @@ class Scenario(_Resolved):
     nccl: NcclOverrides
     workload: Workload
     simulation: SimulationConfig
+    faults: tuple[Fault, ...] = ()
+    """In the order the file lists them (``faults[i]`` in messages)."""
+
+    def kernel_scale(self) -> dict[int, float]:
+        """Rank -> kernel time factor, for every rank a ``slow_gpu`` fault names."""
+        return {rank: fault.factor for fault in self.faults
+                if isinstance(fault, SlowGpuFault) for rank in fault.ranks}
 
     def echo(self) -> dict[str, Any]:
         """The resolved scenario as plain JSON types, for ``summary.json``."""

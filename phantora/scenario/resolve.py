@@ -26,25 +26,34 @@ from phantora.scenario.model import (
     CollectivesWorkload,
     Fabric,
     FatTreeFabric,
+    Fault,
     LeafSpineFabric,
+    LinkDownFault,
     NcclOverrides,
     NetworkConfig,
+    NicDegradeFault,
     RailOptimizedFabric,
     Scenario,
     ScriptWorkload,
     SimulationConfig,
+    SlowGpuFault,
     TopologyName,
 )
 from phantora.scenario.schema import (
+    MAX_RATE_GBPS,
     MAX_SPINES,
     ClusterSpec,
     CollectivesSpec,
     NcclSpec,
     DEFAULT_SWITCH_BUFFER_BYTES,
+    FaultSpec,
+    LinkDownSpec,
     NetworkSpec,
+    NicDegradeSpec,
     RoceSpec,
     ScenarioSpec,
     SizeSweepSpec,
+    SlowGpuSpec,
 )
 from phantora.units import format_bytes
 
@@ -77,10 +86,12 @@ def resolve_scenario(spec: ScenarioSpec, source: str) -> Scenario:
     nccl = _nccl(spec.nccl, gpu, problems)
     workload = _workload(spec, gpu, source, problems)
     routing = _routing(spec.simulation.routing, source, problems)
+    faults = () if cluster is None or workload is None else \
+        _faults(spec.faults, cluster, workload, problems)
     if problems or cluster is None or workload is None:
         raise scenario_error(source, problems)
     return Scenario(name=_given(spec.name, Path(source).stem), seed=spec.seed, source=source,
-                    cluster=cluster, nccl=nccl, workload=workload,
+                    cluster=cluster, nccl=nccl, workload=workload, faults=faults,
                     simulation=SimulationConfig(
                         reproducible=spec.simulation.reproducible,
                         cpu_time_per_op_ns=spec.simulation.cpu_time_per_op,
@@ -373,6 +384,75 @@ def _routing(text: str, source: str, problems: list[Problem]) -> str:
                                                "file's folder; record one with "
                                                "scripts/record_routing.py)"))
     return f"trace:{path}"
+
+
+# -- faults -----------------------------------------------------------------------------------
+
+def _faults(specs: Sequence[FaultSpec], cluster: ClusterConfig,
+            workload: CollectivesWorkload | ScriptWorkload,
+            problems: list[Problem]) -> tuple[Fault, ...]:
+    """The faults with their ranks and hosts checked against the cluster and the workload;
+    each rank (host) in one slow_gpu (nic_degrade) fault at most. Link names are checked where
+    the topology is built (:func:`phantora.cli.build.link_failures`)."""
+    faults: list[Fault] = []
+    claimed: dict[tuple[str, int], int] = {}
+    """(kind, rank or host) -> the fault that names it first."""
+    for index, spec in enumerate(specs):
+        path = f"faults[{index}]"
+        if isinstance(spec, SlowGpuSpec):
+            if not isinstance(workload, ScriptWorkload):
+                problems.append((path, "slow_gpu slows a training script's kernels, but "
+                                       "workload.collectives runs none; remove this fault or "
+                                       "run a workload.script"))
+                continue
+            world = (f"cluster.hosts ({cluster.hosts}) x workload.nproc_per_node "
+                     f"({workload.nproc_per_node}) = {workload.world_size} ranks")
+            _members(index, "ranks", spec.ranks, workload.world_size, world, claimed, problems)
+            faults.append(SlowGpuFault(ranks=tuple(spec.ranks), factor=spec.factor))
+            continue
+        if cluster.network is None:
+            problems.append((path, f"{spec.kind} needs a fabric between hosts, but "
+                                   "cluster.hosts is 1 (its GPUs talk over NVLink); remove "
+                                   "this fault or raise cluster.hosts to 2 or more"))
+            continue
+        if isinstance(spec, NicDegradeSpec):
+            _members(index, "hosts", spec.hosts, cluster.hosts,
+                     f"cluster.hosts is {cluster.hosts}", claimed, problems)
+            nic_gbps = cluster.network.nic_gbps
+            if nic_gbps * spec.factor > MAX_RATE_GBPS:
+                problems.append((f"{path}.factor", f"{_num(spec.factor)} x {NET}.nic_bandwidth "
+                                                   f"({_gbps(nic_gbps)}) is above "
+                                                   f"{_gbps(MAX_RATE_GBPS)}; use a smaller "
+                                                   "factor"))
+            faults.append(NicDegradeFault(hosts=tuple(spec.hosts), factor=spec.factor,
+                                          nic_gbps_before=nic_gbps,
+                                          nic_gbps_after=nic_gbps * spec.factor))
+        elif isinstance(spec, LinkDownSpec):
+            faults.append(LinkDownFault(link=spec.link, at_ns=spec.at))
+    return tuple(faults)
+
+
+def _members(index: int, key: str, members: Sequence[int], count: int, why: str,
+             claimed: dict[tuple[str, int], int], problems: list[Problem]) -> None:
+    """``faults[index].key`` (ranks or hosts) must be below ``count`` (``why`` says where it
+    comes from), each listed once, and in no earlier fault of the same kind."""
+    path, what = f"faults[{index}]", key[:-1]
+    valid = (", ".join(map(str, range(count))) if count <= _LISTED_INDICES
+             else f"0 to {count - 1}")
+    _reject_repeats(f"{path}.{key}", members, what, problems)
+    for position, member in enumerate(members):
+        where = f"{path}.{key}[{position}]"
+        if member >= count:
+            problems.append((where, f"got {member}; expected one of {valid} ({why})"))
+            continue
+        first = claimed.setdefault((key, member), index)
+        if first != index:
+            problems.append((where, f"{what} {member} is already in faults[{first}]; give each "
+                                    f"{what} one fault of a kind"))
+
+
+_LISTED_INDICES = 16
+"""Ranks or hosts up to this many are listed one by one in messages; more as a range."""
 
 
 # -- workload ---------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ error), so a quoting slip never turns into a silently different value.
 """
 
 from collections.abc import Callable
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from annotated_types import MinLen
 from pydantic import (
@@ -34,6 +34,7 @@ from phantora.scenario.model import (
     BackendName,
     CollectiveOp,
     Dtype,
+    FaultKind,
     Protocol,
     TopologyName,
     Transport,
@@ -45,6 +46,11 @@ MAX_RATE_GBPS = 100_000.0
 before it overflows ns-3's 64-bit bit/s ``DataRate``."""
 MAX_DURATION_NS = 10**9
 """1 s per link: datacenter links take ns to µs, so anything longer is a unit slip."""
+MAX_INSTANT_NS = 86_400 * 10**9
+"""A day of virtual time: far beyond any simulated run (minutes of training)."""
+MAX_FAULT_FACTOR = 100.0
+"""A fault scales a kernel time or a NIC rate by at most 100x either way: a kernel 100x slower
+or a NIC at 1/100 of its rate is as broken as a fault gets; beyond that is a slip."""
 MAX_QUEUE_BYTES = 2**32 - 1
 """ns-3 ``QueueSize`` counts bytes in 32 bits."""
 MAX_HOSTS = 4096
@@ -84,11 +90,14 @@ def _rate_gbps(value: object) -> float:
     return gbps
 
 
-def _duration_ns(value: object) -> int:
-    ns = int(_quantity(parse_duration_ns, _DURATION_HINT, value, unit_required=True))
-    if ns > MAX_DURATION_NS:
-        raise ValueError(f"{_DURATION_HINT}, at most 1s")
-    return ns
+def _duration_at_most(max_ns: int, largest: str) -> Callable[[object], int]:
+    """A parser of durations up to ``max_ns`` (``largest`` as a user would write it)."""
+    def parse(value: object) -> int:
+        ns = int(_quantity(parse_duration_ns, _DURATION_HINT, value, unit_required=True))
+        if ns > max_ns:
+            raise ValueError(f"{_DURATION_HINT}, at most {largest}")
+        return ns
+    return parse
 
 
 def _size_bytes(value: object) -> int:
@@ -170,7 +179,9 @@ def _sizes_form(value: object) -> str | None:
 
 
 Rate = Annotated[float, BeforeValidator(_rate_gbps)]
-Duration = Annotated[int, BeforeValidator(_duration_ns)]
+Duration = Annotated[int, BeforeValidator(_duration_at_most(MAX_DURATION_NS, "1s"))]
+Instant = Annotated[int, BeforeValidator(_duration_at_most(MAX_INSTANT_NS, "86400s"))]
+"""A moment of virtual time, from the run's start."""
 Bytes = Annotated[int, BeforeValidator(_size_bytes)]
 CollectiveBytes = Annotated[Bytes, AfterValidator(_at_least_one_byte)]
 QueueBytes = Annotated[Bytes, AfterValidator(_fits_ns3_queue)]
@@ -454,6 +465,69 @@ class SimulationSpec(_Section):
         return self
 
 
+FaultFactor = Annotated[float, Field(ge=1 / MAX_FAULT_FACTOR, le=MAX_FAULT_FACTOR)]
+
+
+class SlowGpuSpec(_Section):
+    """``faults: [{kind: slow_gpu, ...}]``: a straggler GPU."""
+
+    kind: Literal["slow_gpu"]
+    """slow_gpu: the named ranks' kernels take ``factor`` times as long."""
+    ranks: Annotated[list[Annotated[int, Field(ge=0)]], MinLen(1)]
+    """Ranks (0 to world size - 1) whose GPUs are slowed, e.g. [3]."""
+    factor: FaultFactor
+    """Kernel time multiplier, 0.01 to 100: 1.3 is 30% slower, below 1 a faster GPU."""
+
+
+class NicDegradeSpec(_Section):
+    """``faults: [{kind: nic_degrade, ...}]``: hosts whose NICs run below their rate."""
+
+    kind: Literal["nic_degrade"]
+    """nic_degrade: every NIC of the named hosts runs at ``factor`` x its rate."""
+    hosts: Annotated[list[Annotated[int, Field(ge=0)]], MinLen(1)]
+    """Hosts (0 to cluster.hosts - 1) whose NICs are degraded, e.g. [1]."""
+    factor: FaultFactor
+    """NIC rate multiplier, 0.01 to 100: 0.5 is half rate; above 1 an upgraded NIC."""
+
+
+class LinkDownSpec(_Section):
+    """``faults: [{kind: link_down, ...}]``: a fabric link that fails mid-run."""
+
+    kind: Literal["link_down"]
+    """link_down: the named link fails at ``at`` and stays down; routing avoids it."""
+    link: Annotated[str, MinLen(1)]
+    """A switch-to-switch fabric link by its two ends, e.g. rail0-spine1 or leaf0-spine1."""
+    at: Instant = 0
+    """When it fails, in virtual time from the run's start, e.g. 20ms; default 0 (down from
+    the start)."""
+
+
+class _UnknownFaultSpec(BaseModel):
+    """What a fault of no known kind is checked against, so the message names the kinds."""
+
+    model_config = ConfigDict(extra="ignore", strict=True, use_attribute_docstrings=True)
+    kind: FaultKind
+    """slow_gpu, nic_degrade or link_down."""
+
+
+def _fault_kind(value: object) -> str | None:
+    """The member of :data:`FaultSpec` that checks ``value``: its kind's, else the one naming
+    the kinds; ``None`` (not a mapping) fails with the discriminator's own message."""
+    if not isinstance(value, dict):
+        return None
+    kind = value.get("kind")
+    return kind if kind in get_args(FaultKind) else "unknown"
+
+
+FaultSpec = Annotated[
+    Annotated[SlowGpuSpec, Tag("slow_gpu")] | Annotated[NicDegradeSpec, Tag("nic_degrade")]
+    | Annotated[LinkDownSpec, Tag("link_down")] | Annotated[_UnknownFaultSpec, Tag("unknown")],
+    Discriminator(_fault_kind, custom_error_type="fault_form",
+                  custom_error_message="expected a mapping such as {kind: slow_gpu, ranks: [3], "
+                                       "factor: 1.3}"),
+]
+
+
 class ScenarioSpec(_Section):
     """A whole ``scenario.yaml``."""
 
@@ -471,3 +545,6 @@ class ScenarioSpec(_Section):
     simulation: SimulationSpec = SimulationSpec()
     """Timing and values of live scripts: reproducible, cpu_time_per_op, host_time, host_cpu,
     overlap_slowdown, routing, unknown_shapes, cpus, dedup."""
+    faults: list[FaultSpec] = []
+    """Faults and stragglers to inject: slow_gpu (ranks' kernels slower), nic_degrade (hosts'
+    NICs slower), link_down (a fabric link fails at a moment of the run)."""

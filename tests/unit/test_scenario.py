@@ -341,7 +341,7 @@ def test_missing_required_key_says_what_to_add() -> None:
 def test_misspelt_required_key_is_reported_once() -> None:
     assert only_problem({"clusetr": {"gpu": "h100"}, "workload": WORKLOAD}) == (
         'scenarios/x.yaml: clusetr: unknown key; did you mean "cluster"? '
-        "(allowed: name, seed, cluster, nccl, workload, simulation)")
+        "(allowed: name, seed, cluster, nccl, workload, simulation, faults)")
 
 
 def test_unknown_key_without_a_close_match_says_to_remove_it() -> None:
@@ -536,7 +536,8 @@ def test_missing_file_is_a_scenario_error(tmp_path: Path) -> None:
 
 def test_empty_file_and_non_mapping_top_level(tmp_path: Path) -> None:
     with pytest.raises(ScenarioError, match=r"empty.yaml: the file is empty; expected a mapping "
-                                            r"with keys name, seed, cluster, nccl, workload, simulation$"):
+                                            r"with keys name, seed, cluster, nccl, workload, "
+                                            r"simulation, faults$"):
         load_scenario(write(tmp_path, "# nothing yet\n", "empty.yaml"))
     with pytest.raises(ScenarioError, match=r'list.yaml: top level: got \["h100"\]; expected a '
                                             r"mapping with keys name"):
