@@ -59,7 +59,7 @@ def replay_run(run_dir: Path, scenario: Scenario, summary: Summary, topology: To
                       overlap=MEASURED_OVERLAP if scenario.simulation.overlap_slowdown else None,
                       kernel_scale=scenario.kernel_scale())
     attribution = fill_live_summary(summary, replayed.result, coverage, backend, topology,
-                                    replayed.step_ends)
+                                    replayed.optimizer_ns)
     summary.replay = comparison(recording, replayed)
     write_trace(replayed.result, out_dir / "trace.json", attribution=attribution)
     return replayed.result

@@ -45,17 +45,17 @@ class _RankDriver(threading.Thread):
     """Replays one rank's records against the engine (the rank side of the protocol)."""
 
     def __init__(self, rank: int, records: list[dict[str, Any]], conn: Connection,
-                 stats: RankStats, live_step_ends: Sequence[int] = ()) -> None:
+                 stats: RankStats, live_optimizer_ns: Sequence[int] = ()) -> None:
         super().__init__(name=f"replay-rank{rank}", daemon=True)
         self.rank = rank
         self._records = records
         self._conn = conn
         self._stats = stats
-        self._live_step_ends = live_step_ends
+        self._live_optimizer_ns = live_optimizer_ns
         self.queries_differing = 0
         """``event.query()`` answers that differ from the live run's."""
-        self.step_ends: list[int] = []
-        """The live run's step ends moved onto the replay's clock (:meth:`_moved`)."""
+        self.optimizer_ns: list[int] = []
+        """The live run's optimizer steps moved onto the replay's clock (:meth:`_moved`)."""
 
     def run(self) -> None:
         try:
@@ -89,7 +89,7 @@ class _RankDriver(threading.Thread):
                     host_ns = max(host_ns, reply.time_ns)
                     live_ns = max(live_ns, record.get("reply_ns", live_ns))
             elif kind == "exit":
-                self.step_ends = self._moved(clocks + [(live_ns, host_ns)])
+                self.optimizer_ns = self._moved(clocks + [(live_ns, host_ns)])
                 self._conn.send(Batch(host_ns, ops, exit=Exit(0, stats=self._stats)))
                 return
             else:
@@ -99,14 +99,14 @@ class _RankDriver(threading.Thread):
                              "is incomplete, record the run again")
 
     def _moved(self, clocks: list[tuple[int, int]]) -> list[int]:
-        """Each live step end as the same CPU time after the same host event on the replay's
-        clock (a step ends on the CPU, never inside a sync's wait)."""
+        """Each live optimizer step as the same CPU time after the same host event on the
+        replay's clock (it runs on the CPU, never inside a sync's wait)."""
         lives = [live for live, _ in clocks]
         moved = []
-        for end in self._live_step_ends:
-            index = bisect_right(lives, end) - 1
+        for step_ns in self._live_optimizer_ns:
+            index = bisect_right(lives, step_ns) - 1
             live, replayed = clocks[index] if index >= 0 else (0, 0)
-            moved.append(replayed + end - live)
+            moved.append(replayed + step_ns - live)
         return moved
 
     def _await_reply(self) -> Reply:
@@ -120,8 +120,9 @@ class _RankDriver(threading.Thread):
 class ReplayResult:
     result: LiveResult
     queries_differing: int = 0
-    step_ends: dict[int, list[int]] | None = None
-    """Each live rank's step ends on the replay's clock (``None``: the recording has none)."""
+    optimizer_ns: dict[int, list[int]] | None = None
+    """Each live rank's optimizer steps on the replay's clock (``None``: the recording has
+    none)."""
 
 
 def replay(recording: Recording, topology: Topology, system: SystemInfo, nccl: NcclConfig,
@@ -133,9 +134,9 @@ def replay(recording: Recording, topology: Topology, system: SystemInfo, nccl: N
     engine raises (a deadlock, say, if the recording was edited into an inconsistent one)."""
     classes = recording.classes
     pipes = {rank: Pipe() for rank in classes.live_ranks()}
-    live_ends = recording.meta.get("step_ends_ns")
+    live_optimizer = recording.meta.get("optimizer_steps_ns")
     drivers = [_RankDriver(rank, recording.ranks[rank], child, recording.stats(rank),
-                           live_ends[rank] if live_ends else ())
+                           live_optimizer[rank] if live_optimizer else ())
                for rank, (_, child) in pipes.items()]
     engine = LiveEngine(topology, system, nccl, backend,
                         {rank: parent for rank, (parent, _) in pipes.items()}, gpus_of_rank,
@@ -153,7 +154,7 @@ def replay(recording: Recording, topology: Topology, system: SystemInfo, nccl: N
         for _, child in pipes.values():
             child.close()
     return ReplayResult(result, sum(d.queries_differing for d in drivers),
-                        {d.rank: d.step_ends for d in drivers} if live_ends else None)
+                        {d.rank: d.optimizer_ns for d in drivers} if live_optimizer else None)
 
 
 def comparison(recording: Recording, replayed: ReplayResult) -> dict[str, Any]:
