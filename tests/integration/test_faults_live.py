@@ -48,6 +48,11 @@ def test_a_slow_gpu_moves_the_steps_of_compute_bound_ddp(
     healthy, slow = run_with_and_without(tmp_path, run_cli, "h100x4-gpt-ddp-slow-gpu.yaml")
     healthy_ms, slow_ms = (steady_step_ms(tmp_path / name) for name in ("healthy", "faulted"))
     assert slow_ms > 1.2 * healthy_ms, (healthy_ms, slow_ms)
+    # the attribution shows the others waiting for the straggler at the all_reduce
+    waiting = {row["ranks"][0]: row["share"]["waiting"]
+               for row in slow["attribution"]["steady_by_rank"]}
+    assert min(waiting[rank] for rank in (0, 1, 2)) > 0.1 > 0.01 > waiting[3], waiting
+    assert healthy["attribution"]["steady"]["share"]["waiting"] < 0.02
     added = slow["faults"][0]["gpu_ns_added"]
     assert list(added) == ["3"] and added["3"] > 0
     # Rank deduplication mirrors ranks 1 and 2 onto rank 0, but not with a rank slowed.
