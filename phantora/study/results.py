@@ -54,6 +54,20 @@ def _cell(value: Any) -> Any:
     return value if isinstance(value, (int, float, str, bool)) or value is None else str(value)
 
 
+def _one_type_per_column(rows: list[dict[str, Any]], columns: list[str]
+                         ) -> list[dict[str, Any]]:
+    """``rows`` with every column that mixes kinds of value (a swept ``nccl.channels: [auto,
+    16]``) as text, so that Parquet can type it; ints and floats are one kind."""
+    def kind(value: Any) -> str:
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return "number" if number else type(value).__name__
+
+    mixed = {column for column in columns
+             if len({kind(row[column]) for row in rows if row.get(column) is not None}) > 1}
+    return [{key: str(value) if key in mixed and value is not None else value
+             for key, value in row.items()} for row in rows]
+
+
 def write_table(rows: list[dict[str, Any]], out_dir: Path, console: Console) -> list[Path]:
     """``results.csv``, ``results.parquet`` (pyarrow installed) and ``plots/``: the paths."""
     columns = list(dict.fromkeys(key for row in rows for key in row))
@@ -70,7 +84,7 @@ def write_table(rows: list[dict[str, Any]], out_dir: Path, console: Console) -> 
         pass
     else:
         parquet = out_dir / "results.parquet"
-        pq.write_table(pa.Table.from_pylist(rows), parquet)
+        pq.write_table(pa.Table.from_pylist(_one_type_per_column(rows, columns)), parquet)
         written.append(parquet)
     from phantora.study.plots import plot_sweep
     plots = plot_sweep(rows, [c for c in columns if "." in c], out_dir / "plots", console)

@@ -30,9 +30,11 @@ from phantora.scenario.loader import load_scenario_data
 from phantora.scenario.messages import describe_errors, scenario_error
 from phantora.scenario.schema import ScenarioSpec
 
-REPLAYABLE_PREFIXES = ("cluster.network.", "nccl.", "cluster.nvlink_bandwidth")
-"""Keys a replay can change: they act on the network and the NCCL model only, never on what
-the script does or on kernel times."""
+REPLAYABLE_PREFIXES = ("cluster.network.", "nccl.", "cluster.nvlink_bandwidth", "faults")
+"""Keys a replay can change: they act on the network, the NCCL model and the recorded kernel
+times (``faults``: a ``slow_gpu`` scales a rank's recorded kernels; a rank mirrored in the
+recording cannot be slowed, so such a sweep records with ``simulation.dedup: off``), never on
+what the script does."""
 
 
 class SweepSpec(BaseModel):

@@ -86,3 +86,16 @@ def test_bundled_studies_expand_to_valid_points(study: Path) -> None:
     sweep = load_sweep(study)
     assert sweep is not None and sweep.points
     assert [point.error for point in sweep.points if point.error] == []
+
+
+def test_a_sweep_over_faults_replays_the_recording(tmp_path: Path) -> None:
+    sweep = load_sweep(write(tmp_path, SCRIPT + """
+sweep:
+  parameters:
+    faults:
+      - []
+      - [{kind: nic_degrade, hosts: [1], factor: 0.5}]
+"""))
+    assert sweep is not None and len(sweep.points) == 2
+    assert all(point.replayable for point in sweep.points) and sweep.needs_recording
+    assert [len(p.scenario.faults) for p in sweep.points if p.scenario] == [0, 1]
