@@ -13,7 +13,7 @@ are assumed rather than measured stay beside the model that assumes them, marked
 * :mod:`.gpu` - GPU time: the kernel-to-kernel gap, pageable host-to-GPU copies, and the
   compute/communication overlap slowdowns.
 * :mod:`.collectives` - NCCL's payload efficiencies, CTA rates and latency corrections
-  (combined by ``phantora.collectives.calibration``).
+  (combined by ``phantora.collectives.efficiency``).
 * :mod:`.tables` - the measured tables in ``data/``: kernel times per GPU, the reference host's
   per-op host costs (kernel launches and collective calls included) and host-CPU speeds.
 

@@ -1,6 +1,6 @@
 """Measured NCCL efficiencies and latency corrections of the collective model.
 
-``phantora.collectives.calibration`` says how they combine into a flow's wire bytes and a
+``phantora.collectives.efficiency`` says how they combine into a flow's wire bytes and a
 collective's latency, and builds ``DEFAULT_CALIBRATION`` from them; keys are the values of
 ``LinkKind``, ``Algorithm`` and ``Protocol``. They were fitted by hand to the measurements
 named in their sources; rerun ``scripts/validate_collectives.py`` after changing any of them.

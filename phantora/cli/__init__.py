@@ -26,10 +26,10 @@ from phantora.cli.build import build_topology, link_failures, make_backend, nccl
 from phantora.cluster.catalogue import GpuSpec, lookup_gpu
 from phantora.cluster.topology import Topology
 from phantora.collectives import CollectiveRequest, FlowSpec, NcclConfig, SystemInfo
-from phantora.engine.benchmark import run_collective
+from phantora.engine.lone_collective import run_collective
 from phantora.errors import PhantoraError, ScenarioError
 from phantora.network.base import LinkFailure, NetworkBackend
-from phantora.report.benchmark import collective_result
+from phantora.report.bandwidth import collective_result
 from phantora.report.console import (attribution_table, collectives_table, coverage_line,
                                      fabric_line, hot_ports_table, ranks_table, with_progress)
 from phantora.report.faults import FlowBytes, fault_lines, fault_rows

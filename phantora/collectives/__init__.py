@@ -7,12 +7,12 @@ Modules, in the order a plan uses them:
 
 * :mod:`.request`, :mod:`.config`, :mod:`.system` - inputs; :mod:`.comm` - the group's shape
 * :mod:`.search` - NCCL's ring/tree/NVLS graphs; :mod:`.tuning` - NCCL's cost model
-* :mod:`.calibration` - payload-to-wire efficiencies; :mod:`.chunking` - chunks and slots
+* :mod:`.efficiency` - payload-to-wire efficiencies; :mod:`.chunking` - chunks and slots
 * :mod:`.ring`, :mod:`.tree`, :mod:`.nvls`, :mod:`.p2p` - the algorithms' flows
 * :mod:`.writer` - wire bytes and hop delays of every flow; :mod:`.planner` - the entry point
 """
 
-from phantora.collectives.calibration import DEFAULT_CALIBRATION, Calibration
+from phantora.collectives.efficiency import DEFAULT_CALIBRATION, Calibration
 from phantora.collectives.config import Algorithm, NcclConfig, Protocol
 from phantora.collectives.dag import FlowDag, FlowSpec
 from phantora.collectives.planner import plan_collective, select

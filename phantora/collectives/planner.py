@@ -6,7 +6,7 @@ the user's overrides), then lay the chosen algorithm out as flows.
 """
 
 from phantora.cluster.topology import LinkKind
-from phantora.collectives.calibration import DEFAULT_CALIBRATION, Calibration
+from phantora.collectives.efficiency import DEFAULT_CALIBRATION, Calibration
 from phantora.collectives.chunking import nvls_chunk_bytes, step_chunk_bytes
 from phantora.collectives.comm import Comm
 from phantora.collectives.config import Algorithm, NcclConfig, Protocol

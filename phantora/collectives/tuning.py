@@ -180,7 +180,7 @@ class TuningModel:
         """GB/s each GPU's busiest link carries in NCCL's model (``busBw``; NVLS: algbw x (n+1)/n).
 
         Ratios of these tell how fast one (algorithm, protocol) drives the same links as
-        another, which is how :mod:`~phantora.collectives.calibration` sets wire bytes.
+        another, which is how :mod:`~phantora.collectives.efficiency` sets wire bytes.
         """
         if algorithm is Algorithm.NVLS:
             n = self.comm.local_ranks

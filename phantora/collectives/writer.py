@@ -1,7 +1,7 @@
 """Appends flows to a FlowDag the same way for every algorithm: wire bytes and hop delays.
 
 Planners think in payload bytes and hops; the writer turns a payload into wire bytes (see
-:mod:`~phantora.collectives.calibration`) and a hop into a ``delay_ns`` that, with the
+:mod:`~phantora.collectives.efficiency`) and a hop into a ``delay_ns`` that, with the
 propagation latency the network adds, sums to NCCL's per-hop latency along a chunk's path.
 Flows without dependencies also wait NCCL's base latency (kernel launch, first handshake).
 """
@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from phantora.cluster.topology import LinkKind
-from phantora.collectives.calibration import Calibration
+from phantora.collectives.efficiency import Calibration
 from phantora.collectives.dag import FlowDag
 from phantora.collectives.system import SystemInfo
 from phantora.collectives.tuning import HopLatency

@@ -16,7 +16,7 @@ Safety: nothing is injected into the backend before its clock, nor submitted bef
 instant the scheduler has reached; either raises :class:`SimulationError` (a bug in the
 caller's synchronisation, never silently clamped).
 
-:func:`run_dag` runs one DAG to completion on its own (the collectives benchmark).
+:func:`run_dag` runs one DAG to completion on its own (:mod:`.lone_collective`).
 """
 
 import heapq

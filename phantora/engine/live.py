@@ -6,7 +6,7 @@ Ranks talk to the engine only through :mod:`wire` messages over one
 1. Receive batches. Each op goes on its rank's stream (:mod:`.streams`): kernel times follow at
    once from stream order; a collective waits until every member's stream reaches it
    (:mod:`.matching`), then is planned by the NCCL model and submitted to the shared
-   :class:`~phantora.engine.dag_runner.FlowScheduler` at its start time.
+   :class:`~phantora.engine.flow_scheduler.FlowScheduler` at its start time.
 2. Settle: advance the scheduler (and with it the network backend) one instant at a time, but
    only strictly below the *safe horizon* = min over running ranks of their clock promise (a
    querying rank counts with its query time; blocked and finished ranks promise nothing).
@@ -50,7 +50,7 @@ from phantora.collectives import (
     plan_collective,
 )
 from phantora.compute import Coverage
-from phantora.engine.dag_runner import FOREVER_NS, DagDone, FlowScheduler
+from phantora.engine.flow_scheduler import FOREVER_NS, DagDone, FlowScheduler
 from phantora.engine.deadlock import deadlock_report
 from phantora.engine.matching import CollectiveKey, Matcher, Member, PendingCollective
 from phantora.engine.mirrors import Mirror, WitnessCheck

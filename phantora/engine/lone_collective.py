@@ -1,12 +1,13 @@
-"""The nccl-tests style workload: every op at every size, one after another, on one network.
+"""One collective on its own: planned by the NCCL model and run to completion on a backend.
 
-Collectives run back to back on the same backend (connections and congestion state persist,
-as in a real benchmark loop). Each is planned by the NCCL model and run by :func:`run_dag`;
-:mod:`phantora.report.benchmark` reports it with nccl-tests' bandwidth conventions.
+The collectives workload (nccl-tests style: every op at every size) calls it once per point,
+back to back on the same backend, so connections and congestion state persist as in a real
+benchmark loop. :mod:`phantora.report.bandwidth` turns each result into a row with nccl-tests'
+bandwidth conventions.
 """
 
 from phantora.collectives import CollectiveRequest, FlowDag, NcclConfig, SystemInfo, plan_collective
-from phantora.engine.dag_runner import run_dag
+from phantora.engine.flow_scheduler import run_dag
 from phantora.network.base import NetworkBackend
 
 

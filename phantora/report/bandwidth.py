@@ -1,5 +1,5 @@
-"""nccl-tests' bandwidth conventions: a collective of the nccl-tests style workload
-(:func:`phantora.engine.benchmark.run_collective`) as its ``summary.json`` row, and the bus
+"""nccl-tests' bandwidth conventions (algbw, busbw): a collective of the collectives workload
+(:func:`phantora.engine.lone_collective.run_collective`) as its ``summary.json`` row, and the bus
 factor that live runs' rows use too."""
 
 from collections.abc import Callable

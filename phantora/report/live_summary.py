@@ -9,7 +9,7 @@ from phantora.compute import Coverage
 from phantora.engine.live import CollectiveRecord, LiveResult
 from phantora.network.base import NetworkBackend
 from phantora.report.attribution import Attribution, attribute
-from phantora.report.benchmark import bus_factor
+from phantora.report.bandwidth import bus_factor
 from phantora.report.summary import CollectiveResult, Summary
 
 

@@ -17,7 +17,7 @@ from phantora.collectives import (
     plan_collective,
 )
 from phantora.collectives.tree import btree, dtree
-from phantora.engine.dag_runner import run_dag
+from phantora.engine.flow_scheduler import run_dag
 from phantora.network.composite import CompositeBackend
 from phantora.network.flow import FluidBackend
 

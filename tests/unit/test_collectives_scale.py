@@ -1,4 +1,4 @@
-"""Long rings (issue 19): one block of all steps per rank, close to the step-by-step ring."""
+"""Long rings: one block of all steps per rank, close to the step-by-step ring."""
 
 from collections import Counter
 
@@ -14,7 +14,7 @@ from phantora.collectives import (
     SystemInfo,
     plan_collective,
 )
-from phantora.engine.dag_runner import run_dag
+from phantora.engine.flow_scheduler import run_dag
 from phantora.network.composite import CompositeBackend
 from phantora.network.flow import FluidBackend
 

@@ -3,7 +3,7 @@
 import pytest
 
 from phantora.collectives.dag import FlowDag
-from phantora.engine.dag_runner import run_dag
+from phantora.engine.flow_scheduler import run_dag
 from phantora.errors import SimulationError
 from tests.unit.fixed_rate import FixedRateBackend
 

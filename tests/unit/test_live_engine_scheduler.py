@@ -3,7 +3,7 @@
 import pytest
 
 from phantora.collectives.dag import FlowDag
-from phantora.engine.dag_runner import FOREVER_NS, DagDone, FlowScheduler
+from phantora.engine.flow_scheduler import FOREVER_NS, DagDone, FlowScheduler
 from phantora.errors import SimulationError
 from phantora.network.flow import FluidBackend
 from tests.unit.fixed_rate import FixedRateBackend

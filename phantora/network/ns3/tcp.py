@@ -23,7 +23,6 @@ from phantora.network.ns3.fabric import (
     connection_buffer_bytes,
     longest_path_buffer_bytes,
 )
-from phantora.network.ns3.transport import configure_transport
 
 
 class TcpTransport:
@@ -35,7 +34,7 @@ class TcpTransport:
         tcp_buffer_bytes = (config.tcp_buffer_bytes if config.tcp_buffer_bytes is not None
                             else longest_path_buffer_bytes(topology, config))
         # Before the fabric: TCP's socket type is read when the internet stacks are installed.
-        configure_transport(lib.ns3, config, tcp_buffer_bytes)
+        configure_tcp_defaults(lib.ns3, config, tcp_buffer_bytes)
         self.fabric: Fabric = build_fabric(
             lib.phantora.FabricHelper(config.mtu_bytes, config.switch_buffer_bytes,
                                       config.ecn_threshold_bytes, config.seed), topology)
@@ -91,3 +90,29 @@ class TcpTransport:
                 raise BackendError(f"add_flow: cannot open connection {key}: {exc}") from exc
             self._connections[key] = connection
         return connection
+
+
+def configure_tcp_defaults(ns3: Any, config: Ns3Config, tcp_buffer_bytes: int) -> None:
+    """Set the DCTCP defaults every socket of the next simulation is created with.
+
+    Attribute defaults are process-global in ns-3 and survive ``Simulator::Destroy``, so every
+    backend sets all of them before it creates a socket; nothing is inherited from an earlier
+    backend in the same process. ``tcp_buffer_bytes`` is ``config.tcp_buffer_bytes`` resolved
+    for the topology.
+    """
+    if config.transport != "dctcp":  # Ns3Config validates the name; roce has its own module
+        raise NotImplementedError(f"transport {config.transport!r}")
+    set_default = ns3.Config.SetDefault
+    set_default("ns3::TcpL4Protocol::SocketType", ns3.TypeIdValue(ns3.TcpDctcp.GetTypeId()))
+    set_default("ns3::TcpSocketBase::UseEcn", ns3.EnumValue["ns3::TcpSocketState::UseEcn_t"](
+        ns3.TcpSocketState.On))
+    set_default("ns3::TcpSocket::SegmentSize", ns3.UintegerValue(config.segment_bytes))
+    set_default("ns3::TcpSocket::SndBufSize", ns3.UintegerValue(tcp_buffer_bytes))
+    set_default("ns3::TcpSocket::RcvBufSize", ns3.UintegerValue(tcp_buffer_bytes))
+    set_default("ns3::TcpSocket::InitialCwnd", ns3.UintegerValue(config.tcp_initial_cwnd_segments))
+    set_default("ns3::TcpSocket::DelAckCount", ns3.UintegerValue(config.tcp_delayed_ack_segments))
+    set_default("ns3::TcpSocket::DelAckTimeout",
+                ns3.TimeValue(ns3.NanoSeconds(config.tcp_delayed_ack_timeout_ns)))
+    set_default("ns3::TcpSocketBase::MinRto", ns3.TimeValue(ns3.NanoSeconds(config.tcp_min_rto_ns)))
+    set_default("ns3::TcpSocketBase::ClockGranularity",
+                ns3.TimeValue(ns3.NanoSeconds(config.tcp_clock_granularity_ns)))
