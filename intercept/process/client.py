@@ -142,7 +142,8 @@ class CoordinatorClient:
                 with self._lock:
                     # Jump before unblocking, under the lock: the coordinator counts this rank's
                     # promise as the reply's time from the moment it answered, so no batch (a
-                    # heartbeat) may leave with the clock still short of it (issue 14).
+                    # heartbeat) may leave with the clock still short of it (the engine would
+                    # see the rank's clock go back).
                     if isinstance(reply, Reply) and kind != "query":
                         self._clock.advance_to(reply.time_ns)
                     self._blocked = False
@@ -201,7 +202,8 @@ class CoordinatorClient:
         """With the lock held: while another thread's sync is outstanding, wait for its reply.
         The coordinator takes no ops from a blocked rank, and once it has answered, the rank's
         promise is the reply's time: an op stamped before the clock jumped there would be earlier
-        than that promise (issue 14's "clock went back", from an autograd or DDP thread)."""
+        than that promise (the engine's "clock went back" error, from an autograd or DDP
+        thread)."""
         while self._blocked and self._sync_thread != threading.get_ident():
             self._unblocked.wait()
 

@@ -1,6 +1,6 @@
 """Runs a training-script scenario: launch the live ranks, coordinate them, collect results.
 
-The launcher (``intercept.launcher``) forks the live ranks and owns their processes; the
+The launcher (``launch.launcher``) forks the live ranks and owns their processes; the
 :class:`~phantora.engine.live.LiveEngine` answers them, mirrors the deduplicated ones
 (``phantora.engine.rank_classes``) and drives the network. A run whose rank classes prove
 wrong (:class:`~phantora.errors.RegroupRanks`) starts again with what it learned. Rank 0's log is

@@ -159,7 +159,7 @@ class SimulationConfig(_Resolved):
     cpu_time_per_op_ns: int
     """Only used when ``reproducible``."""
     host_time: str
-    """``counted | measured``: how the script's own Python is timed (``intercept.python_work``
+    """``counted | measured``: how the script's own Python is timed (``intercept.host_time.python_work``
     or its CPU time); only used when not ``reproducible``."""
     host_cpu: str
     """Reference host (``phantora/calibration/data/host_speed.json``) whose costs the host
@@ -168,7 +168,7 @@ class SimulationConfig(_Resolved):
     overlap_slowdown: bool
     """Whether collectives in flight slow the kernels running beside them."""
     routing: str
-    """The value model's routing (``intercept.value_policy.Routing.parse``; a trace's path
+    """The value model's routing (``launch.value_policy.Routing.parse``; a trace's path
     made absolute)."""
     unknown_shapes: str
     """``error | half``: what a data-dependent shape of unknown values does."""

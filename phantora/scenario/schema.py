@@ -423,12 +423,12 @@ class SimulationSpec(_Section):
     """How the script's own Python between intercepted ops (the part of host time no table
     charges) is timed: counted (its lines and calls, at what the reference host pays per line
     and per call: the same on any machine, loaded or idle, however many ranks share it;
-    intercept/python_work.py) or measured (this machine's CPU time, converted to the reference
+    intercept/host_time/python_work.py) or measured (this machine's CPU time, converted to the reference
     host's speed: follows C work the count misses, but moves with this machine's load). Not
     used when reproducible."""
     host_cpu: Annotated[str, Choice, AfterValidator(_host_cpu)] | None = None
     """Which reference GPU host's CPU the host time is charged at (h100-host, h200-host, ...:
-    its tables, and the speed of its benchmark in intercept/host_benchmark.py, into which
+    its tables, and the speed of its benchmark in intercept/host_time/host_benchmark.py, into which
     measured CPU time is converted), or native (host_time: measured only: this machine's CPU
     time as measured, so results depend on its speed and load). Default the reference host of
     cluster.gpu, else the H100's. Not used when reproducible."""
@@ -437,7 +437,7 @@ class SimulationSpec(_Section):
     take SMs and memory bandwidth) by the factors measured on 2xH200
     (phantora/engine/overlap.py); false: kernels run as if alone."""
     routing: Annotated[str, AfterValidator(_routing)] = "uniform"
-    """Which experts a router's top-k picks from fake logits (intercept/value_policy.py):
+    """Which experts a router's top-k picks from fake logits (launch/value_policy.py):
     uniform (every k-subset equally likely), balanced (round-robin: every expert equally
     often), zipf:<s> (expert popularity ~ 1/rank^s, shuffled per layer), or trace:<file>
     (expert counts per router call recorded from a real run by scripts/record_routing.py;

@@ -1,4 +1,4 @@
-"""The collectives timing loop of issue 14 (``synchronize; t0; collective; synchronize; t1``)
+"""A user's collectives timing loop (``synchronize; t0; collective; synchronize; t1``)
 runs to the end on the simulator, and its times are host launch plus GPU time."""
 
 import json

@@ -199,7 +199,7 @@ def test_the_exit_reports_the_host_speed_factor_in_force() -> None:
 
 class _SlowAdvanceClock(VirtualClock):
     """Takes a while to jump to a sync reply, as a loaded machine may: widens the window
-    between the reply's arrival and the clock's jump that issue 14's race fell into."""
+    between the reply's arrival and the clock's jump, where a batch could promise too little."""
 
     def advance_to(self, t_ns: int) -> None:
         time.sleep(0.01)
@@ -207,10 +207,10 @@ class _SlowAdvanceClock(VirtualClock):
 
 
 def test_no_heartbeat_promises_less_than_a_sync_reply_already_gave() -> None:
-    """Issue 14: "rank N's clock went back" in one run in three of a synchronize/collective
-    loop. The coordinator raises a blocked rank's promise to the reply's time when it answers
-    a sync; a heartbeat sent after the reply arrived but before the clock jumped to it promised
-    the old, earlier clock. The engine's own rule (``LiveEngine._ingest``) is checked here."""
+    """The coordinator raises a blocked rank's promise to the reply's time when it answers a
+    sync, so a heartbeat sent after the reply arrived but before the clock jumped to it must not
+    promise the earlier clock (the engine would stop with "rank N's clock went back"). The
+    engine's own rule (``LiveEngine._ingest``) is checked here."""
     ours, theirs = Pipe()
     clock = _SlowAdvanceClock(epoch_ns=0, op_cost_ns=None)
     client = CoordinatorClient(ours, clock, heartbeat_interval_s=0.0005)
@@ -229,8 +229,9 @@ def test_no_heartbeat_promises_less_than_a_sync_reply_already_gave() -> None:
 
 
 def test_ops_of_another_thread_during_a_sync_are_stamped_after_its_reply() -> None:
-    """Issue 14, the same race from a second thread: an op it stamped before the sync's reply
-    moved the clock, sent after the coordinator had answered, was earlier than the promise."""
+    """The same window from a second thread: an op it stamps while a sync is outstanding is
+    stamped after the reply moved the clock, never earlier than the promise the coordinator
+    counts from its answer."""
     ours, theirs = Pipe()
     clock = _SlowAdvanceClock(epoch_ns=0, op_cost_ns=None)
     client = CoordinatorClient(ours, clock, max_buffered_ops=1)

@@ -234,10 +234,10 @@ def test_scaled_clock_jumps_to_sync_replies_and_stays_monotonic(fake_cpu: list[i
 
 def test_a_sync_reply_time_holds_after_a_correction_lowers_the_raw_reading(
         fake_cpu: list[int]) -> None:
-    """Issue 14's "clock went back": the CPU counted since the last reading already passed the
-    reply's time, so the jump had nothing to add; the script's next segment correction then
-    lowered the raw reading below that time, and the next batch promised less than the
-    coordinator had counted from the reply."""
+    """A sync reply's time is a floor for the clock: when the CPU counted since the last reading
+    already passed the reply's time (the jump has nothing to add) and the script's next segment
+    correction lowers the raw reading below it, the clock still reads at least the reply's time,
+    so no batch promises less than the coordinator counted from the reply."""
     clock = scaled_clock(ScriptedScale(SpeedRatio(1, 1), [], fake_cpu), every_ns=10**9)
     assert clock.now_ns() == 0
     fake_cpu[0] += 500  # counted, not read yet

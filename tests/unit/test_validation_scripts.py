@@ -1,4 +1,4 @@
-"""The measuring and validation scripts of issue 5 plan and read 4- and 8-GPU runs.
+"""The collective measuring and validation scripts plan and read 4- and 8-GPU runs.
 
 Nothing here needs a GPU: plans are printed with --dry-run, logs and CSVs are fabricated in a
 temporary folder, and only a few collectives are simulated (milliseconds each).

@@ -1,6 +1,6 @@
 // Fake CUDA runtime for a CPU-only PyTorch build (checked against torch 2.13.0).
 //
-// Loaded with ctypes.CDLL(..., RTLD_GLOBAL) *before* `import torch` (see intercept/shim.py), it
+// Loaded with ctypes.CDLL(..., RTLD_GLOBAL) *before* `import torch` (see intercept/process/shim.py), it
 // registers
 //   * a CUDA DeviceGuardImpl: devices, per-thread current device and stream, stream pools and
 //     events, so that device guards, torch.Stream/torch.Event('cuda') and the autograd engine's
@@ -15,7 +15,7 @@
 // a callback, events complete at once and synchronisations return immediately.
 //
 // It also accounts the CPU time the simulator spends on each thread ("excluded" from the rank's
-// virtual time, see intercept/clock.py), in one place for Python and C++:
+// virtual time, see intercept/host_time/clock.py), in one place for Python and C++:
 //   * excluded sections that Python opens (fakecuda_exclusion_enter/exit: VirtualClock.excluded);
 //   * every call from torch's C++ into Python through the interpreter's vtable
 //     (fakecuda_exclude_interpreter_callbacks): __torch_dispatch__ of the fake mode, the
@@ -28,7 +28,7 @@
 //
 // And it counts the script's Python work outside those sections (fakecuda_count_thread): lines
 // and calls of Python code, which a real host runs too and whose count, unlike CPU time, does
-// not depend on the machine or its load (intercept/python_work.py converts them into a reference
+// not depend on the machine or its load (intercept/host_time/python_work.py converts them into a reference
 // host's time), apart inside the hot walks it is given (fakecuda_set_hot_code).
 
 #include <Python.h>
@@ -64,7 +64,7 @@ constexpr int kMaxDevices = 64;
 // round robin, so a script creating many streams reuses the same few ids.
 constexpr StreamId kStreamsPerPool = 32;
 
-// What the Python callback is asked to do (mirrored by intercept.shim.CallbackOp).
+// What the Python callback is asked to do (mirrored by intercept.process.shim.CallbackOp).
 enum CallbackOp : int {
   kNewEvent = 0,      // () -> new event id (>= 0)
   kRecordEvent = 1,   // (event, stream) -> 0
