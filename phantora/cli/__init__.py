@@ -1,4 +1,9 @@
-"""``phantora-ns3 SCENARIO.yaml [--out DIR]``: the composition root.
+"""Simulate a GPU cluster running a PyTorch training script or NCCL collectives, from a scenario.
+
+``phantora-ns3 SCENARIO.yaml [--out DIR]`` and its subcommands; the first line above opens
+``--help`` (:func:`main`). For developers, this module is the composition root: the one place
+that wires the scenario, the topology, the network backend, the engine and the reports
+together.
 
 A scenario with a ``sweep:`` block runs every point (:mod:`phantora.study`, each point in
 its own process: :mod:`.point`); subcommands ``replay`` and ``export-chakra`` work on a
@@ -13,6 +18,7 @@ a bad scenario, 1 otherwise), never a traceback.
 
 import argparse
 import sys
+import textwrap
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -23,6 +29,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from phantora.cli.build import build_topology, link_failures, make_backend, nccl_config
+from phantora.cli.commands import SUBCOMMANDS, run_subcommand
 from phantora.cluster.catalogue import GpuSpec, lookup_gpu
 from phantora.cluster.topology import Topology
 from phantora.collectives import CollectiveRequest, FlowSpec, NcclConfig, SystemInfo
@@ -129,19 +136,19 @@ def _script(workload: ScriptWorkload, scenario: Scenario, summary: Summary, topo
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``phantora-ns3 SCENARIO.yaml ...`` or ``phantora-ns3 SUBCOMMAND ...``: the exit code.
+
+    A first word that is neither a subcommand, an option nor a scenario file is an argparse
+    error (exit 2) naming the subcommands, so ``phantora-ns3 sweep --help`` does not print the
+    top-level help as if ``sweep`` were a scenario."""
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in SUBCOMMANDS:
-        from phantora.cli.commands import run_subcommand
         return run_subcommand(argv[0], argv[1:], _console())
-    parser = argparse.ArgumentParser(prog="phantora-ns3", description=__doc__.splitlines()[0],
-                                     epilog="subcommands: " + ", ".join(
-                                         f"phantora-ns3 {name} ..." for name in SUBCOMMANDS))
-    parser.add_argument("scenario", type=Path, help="scenario YAML file")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="output folder (default: out/<scenario name>)")
-    parser.add_argument("--address", default=None,
-                        help="sweeps: an existing Ray cluster's address (default: local)")
+    parser = _parser()
+    if argv and not argv[0].startswith("-"):
+        _check_scenario_word(parser, argv[0])
     args = parser.parse_args(argv)
+    _check_scenario_word(parser, str(args.scenario))
     console = _console()
     try:
         from phantora.study.sweep import load_sweep
@@ -156,7 +163,41 @@ def main(argv: list[str] | None = None) -> int:
     return simulate(scenario, args.out or Path("out") / scenario.name, console)
 
 
-SUBCOMMANDS = ("replay", "export-chakra")
+def _parser() -> argparse.ArgumentParser:
+    usage = "\n".join(
+        ["phantora-ns3 SCENARIO.yaml [--out DIR] [--address ADDRESS]"]
+        + [f"       phantora-ns3 {name} {arguments}"
+           for name, (arguments, _) in SUBCOMMANDS.items()])
+    rows = {"SCENARIO.yaml": "simulate the scenario (its collectives, or its live training "
+                             "script); a scenario with a sweep: block runs every point of the "
+                             "sweep (on Ray when installed: locally, or on the cluster at "
+                             "--address)",
+            **{name: summary for name, (_, summary) in SUBCOMMANDS.items()}}
+    commands = "\n".join(
+        ["commands:"]
+        + [textwrap.fill(summary, width=88, initial_indent=f"  {name:<15}",
+                         subsequent_indent=" " * 17) for name, summary in rows.items()]
+        + ["", "phantora-ns3 SUBCOMMAND --help prints that subcommand's own help."])
+    parser = argparse.ArgumentParser(
+        prog="phantora-ns3", usage=usage, description=__doc__.splitlines()[0], epilog=commands,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("scenario", type=Path, metavar="SCENARIO.yaml", help="scenario YAML file")
+    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
+                        help="output folder (default: out/<scenario name>, for a sweep "
+                             "out/<scenario name>-sweep)")
+    parser.add_argument("--address", default=None,
+                        help="sweeps: an existing Ray cluster's address (default: a local Ray)")
+    return parser
+
+
+def _check_scenario_word(parser: argparse.ArgumentParser, word: str) -> None:
+    """Exit with an argparse error where ``word`` is neither a YAML file name nor a file."""
+    if Path(word).suffix.lower() in (".yaml", ".yml") or Path(word).is_file():
+        return
+    hint = ("; to run a sweep, give a scenario with a sweep: block (phantora-ns3 SCENARIO.yaml)"
+            if word == "sweep" else "")
+    parser.error(f"{word!r} is neither a subcommand ({', '.join(SUBCOMMANDS)}) nor a scenario "
+                 f"YAML file{hint}")
 
 
 def _console() -> Console:

@@ -8,10 +8,23 @@ from rich.console import Console
 from phantora.errors import PhantoraError
 
 
-def _parser(name: str, description: str, default_out: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=f"phantora-ns3 {name}", description=description)
-    parser.add_argument("run_dir", type=Path, help="a live run's output folder")
-    parser.add_argument("--out", type=Path, default=None,
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "replay": ("RUN_DIR SCENARIO.yaml [--out DIR]",
+               "re-simulate a recorded run (RUN_DIR/graph) on the scenario's cluster, network "
+               "and NCCL settings, without running the script"),
+    "export-chakra": ("RUN_DIR [--out DIR] [--prefix PREFIX]",
+                      "write a recorded run as Chakra execution traces (one .et per rank and "
+                      "comm_group.json) for ASTRA-sim"),
+}
+"""Each subcommand's arguments and one-line summary, for its own ``--help`` and the top-level
+one."""
+
+
+def _parser(name: str, default_out: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=f"phantora-ns3 {name}",
+                                     description=SUBCOMMANDS[name][1])
+    parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a live run's output folder")
+    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
                         help=f"output folder (default: {default_out})")
     return parser
 
@@ -22,10 +35,9 @@ def run_subcommand(name: str, argv: list[str], console: Console) -> int:
     from phantora.scenario import load_scenario
 
     if name == "replay":
-        parser = _parser(name, "re-simulate a recorded run (RUN_DIR/graph) on the scenario's "
-                         "cluster, network and NCCL settings, without running the script",
-                         "out/<scenario name>-replay")
-        parser.add_argument("scenario", type=Path, help="scenario YAML file (same rank count)")
+        parser = _parser(name, "out/<scenario name>-replay")
+        parser.add_argument("scenario", type=Path, metavar="SCENARIO.yaml",
+                            help="scenario YAML file (same rank count)")
         args = parser.parse_args(argv)
         try:
             scenario = load_scenario(args.scenario)
@@ -35,8 +47,7 @@ def run_subcommand(name: str, argv: list[str], console: Console) -> int:
         return simulate(scenario, out_dir, console, replay_of=args.run_dir)
     if name == "export-chakra":
         from phantora.study.chakra.export import export_chakra
-        parser = _parser(name, "write a recorded run as Chakra execution traces (one .et per "
-                         "rank and comm_group.json) for ASTRA-sim", "RUN_DIR/chakra")
+        parser = _parser(name, "RUN_DIR/chakra")
         parser.add_argument("--prefix", default="trace", help="file names <prefix>.<rank>.et")
         args = parser.parse_args(argv)
         try:
