@@ -31,6 +31,21 @@ def _check_attribution(attribution: dict, steps: list, expected_steps: int) -> N
     assert sum(rank0[1:]) / len(rank0[1:]) / 1e6 == pytest.approx(logged_ms, rel=0.01)
 
 
+def _check_chakra_export(run_dir: Path, world_size: int,
+                         run_cli: Callable[[list[str]], None]) -> None:
+    """The default, deduplicated recording exports one Chakra ET per rank, mirrors included,
+    each decoding to nodes with collectives."""
+    pytest.importorskip("google.protobuf")
+    from tests.unit.test_chakra_export import decode, pb
+
+    run_cli(["export-chakra", str(run_dir)])
+    traces = sorted((run_dir / "chakra").glob("trace.*.et"))
+    assert len(traces) == world_size
+    for trace in traces:
+        _, nodes = decode(trace)
+        assert any(node.type == pb.COMM_COLL_NODE for node in nodes), trace
+
+
 @pytest.mark.parametrize("example", _cases())
 def test_example_scenario_runs_live(example: ExampleScenario, tmp_path: Path,
                                     run_cli: Callable[[list[str]], None]) -> None:
@@ -69,3 +84,5 @@ def test_example_scenario_runs_live(example: ExampleScenario, tmp_path: Path,
         collectives = trace_spans(tmp_path, "collective")
         assert collectives and all(e["args"]["bytes"] > 0 for e in collectives)
         assert {e["pid"] for e in collectives} == set(live)
+    if summary["dedup"]:
+        _check_chakra_export(tmp_path, example.world_size, run_cli)

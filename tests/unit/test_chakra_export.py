@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from phantora.engine.rank_classes import RankClasses
 from phantora.record.graph import RecordingError, load_recording
 from phantora.study.chakra.export import export_chakra
 from phantora.study.chakra.importer import _issued, load_chakra
@@ -108,3 +109,36 @@ def test_barrier_gather_and_scatter_import_as_the_ops_a_rank_issues() -> None:
     assert _issued("SCATTER", 30, 0, [0, 1, 2]) == {"kind": "all_to_allv", "bytes": 30,
                                                     "splits": [10, 10, 10]}
     assert _issued("SCATTER", 30, 2, [0, 1, 2])["splits"] == [0, 0, 0]
+
+
+def test_a_deduplicated_recording_exports_every_rank_with_its_own_groups(tmp_path: Path) -> None:
+    """A 1 x 4 x 2 grid (TP pairs inside, DP across): ranks 2-5 are mirrors; each gets its
+    representative's nodes, its TP collective on its own pair and the DP one unchanged."""
+    def script(r: ScriptedRank) -> None:
+        pair = [r.rank - r.rank % 2, r.rank - r.rank % 2 + 1]
+        r.kernel(20_000)
+        r.collective("all_reduce", pair, 1 << 20, group=f"tp{pair[0]}")
+        r.collective("all_reduce", [r.rank % 2 + 2 * i for i in range(4)], 1 << 20,
+                     group=f"dp{r.rank % 2}")
+        r.collective("broadcast", [r.rank % 2 + 2 * i for i in range(4)], 1 << 20,
+                     group=f"dp{r.rank % 2}")
+        r.sync()
+
+    classes = RankClasses(1, 4, 2)
+    record([script] * 8, FixedRateBackend(gbps=100.0, latency_ns=500), tmp_path, classes)
+    recording = load_recording(tmp_path)
+    assert recording.classes.deduplicated
+    written = export_chakra(recording, tmp_path / "et")
+    assert [p.name for p in written[:-1]] == [f"trace.{rank}.et" for rank in range(8)]
+    groups = {name: tuple(ranks) for name, ranks in json.loads(written[-1].read_text()).items()}
+    pg_of = {ranks: name for name, ranks in groups.items()}
+    for rank in range(8):
+        _, nodes = decode(written[rank])
+        colls = [attrs(n)["pg_name"] for n in nodes if n.type == pb.COMM_COLL_NODE]
+        pair = (rank - rank % 2, rank - rank % 2 + 1)
+        dp = tuple(rank % 2 + 2 * i for i in range(4))
+        assert colls == [pg_of[pair], pg_of[dp], pg_of[dp]], rank
+        broadcast = [n for n in nodes if n.type == pb.COMM_COLL_NODE][-1]
+        assert attrs(broadcast)["comm_type"] == pb.BROADCAST
+        assert broadcast.duration_micros > 0  # ASTRA-sim replays it as this duration
+    assert len(groups) == 4 + 2  # four TP pairs, two DP groups

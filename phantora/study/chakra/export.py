@@ -17,6 +17,10 @@ Every dependency is a ``data_deps`` entry (both feeders honour those). Durations
 recording. ``comm_size`` follows ASTRA-sim's reading: all_gather the per-rank shard,
 reduce_scatter the whole input, all_reduce / all_to_all / broadcast the buffer. P2P tags are
 unique per message. ASTRA-sim does not model the host; CPU nodes are plain delays there.
+
+A deduplicated recording holds only its live ranks' records; each mirrored rank gets its
+representative's, with every collective moved to the mirror's own groups as the engine
+issued it (:class:`~phantora.engine.mirrors.Mirror`), so every rank has its ET.
 """
 
 import json
@@ -24,8 +28,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from phantora.engine.mirrors import Mirror
 from phantora.errors import MissingDependencyError
-from phantora.record.graph import GPU_OPS, Recording, RecordingError
+from phantora.record.graph import GPU_OPS, Recording, record_op
 from wire.ops import P2P_OPS, IssuedOp
 
 CHAKRA_VERSION = "0.0.4"
@@ -34,6 +39,9 @@ COMM_TYPES = {IssuedOp.ALL_REDUCE: "ALL_REDUCE", IssuedOp.REDUCE: "REDUCE",
               IssuedOp.ALL_TO_ALL: "ALL_TO_ALL", IssuedOp.ALL_TO_ALLV: "ALL_TO_ALL",
               IssuedOp.REDUCE_SCATTER: "REDUCE_SCATTER"}
 """Issued collectives -> Chakra's ``CollectiveCommType``."""
+REPLAYED_BY_DURATION = frozenset({IssuedOp.BROADCAST})
+"""Collectives ASTRA-sim does not simulate but replays as their node's ``duration_micros``:
+they carry their simulated duration (from its start, every member ready, to its end)."""
 
 
 def proto() -> Any:
@@ -157,6 +165,9 @@ class _RankGraph:
             self._attr(node, "comm_type", int64_val=self.pb.CollectiveCommType.Value(comm))
             self._attr(node, "comm_size", int64_val=comm_size(record))
             self._attr(node, "pg_name", string_val=self.groups[tuple(record["ranks"])])
+            if record["kind"] in REPLAYED_BY_DURATION and "end_ns" in record:
+                node.duration_micros = self._round.us(stream,
+                                                      record["end_ns"] - record["start_ns"])
         if record["op"] == "collective" and "algorithm" in record:
             self._attr(node, "phantora_algorithm", string_val=record["algorithm"])
             self._attr(node, "phantora_protocol", string_val=record["protocol"])
@@ -172,10 +183,29 @@ def _varint(value: int) -> bytes:
             return bytes(out)
 
 
-def comm_groups(recording: Recording) -> dict[tuple[int, ...], str]:
+def rank_records(recording: Recording) -> list[list[dict[str, Any]]]:
+    """Every rank's records: a live rank's as recorded, a mirror's its representative's with
+    each collective on the mirror's own groups."""
+    classes = recording.classes
+    expanded = list(recording.ranks)
+    for mirror, representative in classes.mirrors().items():
+        moving = Mirror(classes, mirror, representative)
+        expanded[mirror] = [_mirrored(record, moving) for record in recording.ranks[representative]]
+    return expanded
+
+
+def _mirrored(record: dict[str, Any], mirror: Mirror) -> dict[str, Any]:
+    if record["op"] != "collective":
+        return record
+    moved = mirror.collective(record_op(record, 0))
+    return {**record, "group": moved.group, "ranks": list(moved.ranks),
+            "splits": None if moved.splits is None else list(moved.splits)}
+
+
+def comm_groups(ranks: list[list[dict[str, Any]]]) -> dict[tuple[int, ...], str]:
     """Every collective's rank set -> its ``pg_name`` ("1", "2", ... in order of first use)."""
     groups: dict[tuple[int, ...], str] = {}
-    for records in recording.ranks:
+    for records in ranks:
         for record in records:
             if record["op"] == "collective" and record["kind"] not in P2P_OPS:
                 groups.setdefault(tuple(record["ranks"]), str(len(groups) + 1))
@@ -183,16 +213,14 @@ def comm_groups(recording: Recording) -> dict[tuple[int, ...], str]:
 
 
 def export_chakra(recording: Recording, out_dir: Path, prefix: str = "trace") -> list[Path]:
-    """Write the ETs and ``comm_group.json`` to ``out_dir``; the paths written."""
-    if recording.classes.deduplicated:
-        raise RecordingError(
-            f"{recording.path}: {recording.classes.describe()}; a Chakra export needs every "
-            "rank's own records: run the scenario again with simulation.dedup: off")
+    """Write the ETs (one per rank, mirrored ranks included) and ``comm_group.json`` to
+    ``out_dir``; the paths written."""
     pb = proto()
     out_dir.mkdir(parents=True, exist_ok=True)
-    groups = comm_groups(recording)
+    ranks = rank_records(recording)
+    groups = comm_groups(ranks)
     written = []
-    for rank, records in enumerate(recording.ranks):
+    for rank, records in enumerate(ranks):
         graph = _RankGraph(pb, rank, recording.world_size, groups)
         for record in records:
             graph.add(record)
