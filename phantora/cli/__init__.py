@@ -40,6 +40,7 @@ from phantora.report.bandwidth import collective_result
 from phantora.report.console import (attribution_table, collectives_table, coverage_line,
                                      fabric_line, hot_ports_table, ranks_table, with_progress)
 from phantora.report.faults import FlowBytes, fault_lines, fault_rows
+from phantora.report.out_dir import clear_run
 from phantora.report.summary import CollectiveResult, Summary
 from phantora.scenario import (
     CollectivesWorkload,
@@ -213,8 +214,10 @@ def report_error(error: PhantoraError, console: Console) -> int:
 
 def simulate(scenario: Scenario, out_dir: Path, console: Console,
              replay_of: Path | None = None) -> int:
-    """Run (or replay) ``scenario``, print its tables; the process exit code."""
+    """Run (or replay) ``scenario`` into ``out_dir`` (an earlier run's outputs there are
+    removed first), print its tables; the process exit code."""
     try:
+        clear_run(out_dir, reads=replay_of)
         summary = run_scenario(scenario, out_dir, console, replay_of)
     except PhantoraError as error:
         return report_error(error, console)

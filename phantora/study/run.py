@@ -19,6 +19,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from phantora.report.out_dir import clear_sweep
 from phantora.scenario import ScriptWorkload
 from phantora.study.results import point_row, write_table
 from phantora.study.sweep import Sweep, SweepPoint
@@ -34,6 +35,7 @@ def run_sweep(sweep: Sweep, out_dir: Path | None, console: Console, point_module
     ``out_dir/results.csv`` (and ``.parquet``) and the plots; 0 if at least one point ran, 1 if
     none did."""
     out_dir = out_dir or Path("out") / f"{sweep.name}-sweep"
+    clear_sweep(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     wall_start = time.perf_counter()
     tasks = [_task(point, sweep, out_dir) for point in sweep.points if point.scenario]

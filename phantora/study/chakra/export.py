@@ -217,6 +217,8 @@ def export_chakra(recording: Recording, out_dir: Path, prefix: str = "trace") ->
     ``out_dir``; the paths written."""
     pb = proto()
     out_dir.mkdir(parents=True, exist_ok=True)
+    for stale in out_dir.glob(f"{prefix}.*.et"):  # an earlier export, maybe of more ranks
+        stale.unlink()
     ranks = rank_records(recording)
     groups = comm_groups(ranks)
     written = []
