@@ -41,7 +41,7 @@ from torch._prims_common import suggest_memory_format
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, is_fake
 from torch.nn.attention import SDPBackend
 
-from intercept.dispatch import compiled, cpp_extensions, cuda_ops, dispatch_glue, fake_mode
+from intercept.dispatch import cpp_extensions, cuda_ops, dispatch_glue, fake_mode
 from intercept.memory import device_memory
 from intercept.process import shim
 from intercept.values import host_reads
@@ -582,6 +582,8 @@ def compile_with_runnable_backend(original: Callable[..., Any]) -> Callable[...,
         global _compile_warned
         backend = kwargs.get("backend") or "inductor"
         if backend == "inductor":
+            from intercept.dispatch import compiled  # imports Inductor: only for a compile
+
             kwargs.update(backend=compiled.backend(kwargs.get("mode")), mode=None,
                           options=None)
         elif backend not in RUNNABLE_COMPILE_BACKENDS and isinstance(backend, str):
