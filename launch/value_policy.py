@@ -47,7 +47,7 @@ class Routing:
 
 
 def load_trace(path: Path) -> tuple[tuple[int, ...], ...]:
-    """Expert counts per router call from ``scripts/record_routing.py``'s JSON
+    """Expert counts per router call from ``scripts/measure/record_routing.py``'s JSON
     (``{"experts": E, "top_k": k, "calls": [[count per expert], ...]}``)."""
     try:
         data = json.loads(path.read_text())

@@ -15,7 +15,7 @@ NB: an in-place op counts its mutated input as read and written (multi-tensor op
 ``_foreach_mul_`` and the fused optimizers return nothing: their mutated lists are counted as
 written from the schema, see :func:`_written_in_place`); the ops in ``WRITE_ONLY_DESTINATION``
 do not read their destination, so it is counted once, and the ``GATHERS`` read only the rows
-they pick from their first argument. This is how ``scripts/measure_kernels.py`` counts the
+they pick from their first argument. This is how ``scripts/measure/measure_kernels.py`` counts the
 bytes of the rows it times, so a launch and its table row agree.
 """
 

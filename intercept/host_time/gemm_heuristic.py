@@ -9,7 +9,7 @@ meet new row counts all along, and now and then a new kernel (``docs/models/host
 Two models, by what is known of the product:
 
 * **Kernel map** (:class:`KernelMap`, measured per GPU model by
-  ``scripts/measure_gemm_heuristic.py --kernel-map``): the kernels cuBLAS launches for every
+  ``scripts/measure/measure_gemm_heuristic.py --kernel-map``): the kernels cuBLAS launches for every
   row count of a product. A new shape costs ``new_shape_ns``, plus ``new_kernel_ns`` where one
   of its kernels is new to the process.
 * **Otherwise** the kernel is not known, and the mean cost is used: a new row count costs
@@ -86,7 +86,7 @@ def heuristic_from_json(data: dict[str, Any]) -> GemmHeuristic:
     missing = [key for key in keys if key not in data]
     if missing:
         raise ValueError(f"GEMM heuristic costs: {', '.join(missing)} missing (re-fit with "
-                         "scripts/measure_gemm_heuristic.py --fit)")
+                         "scripts/measure/measure_gemm_heuristic.py --fit)")
     edges = tuple(int(e) for e in data["distance_edges"])
     warm = tuple(int(w) for w in data["warm_ns"])
     if len(warm) != len(edges) + 2 or list(edges) != sorted(set(edges)):
@@ -152,7 +152,7 @@ class MappedProduct:
 @dataclass(frozen=True)
 class KernelMap:
     """The kernels cuBLAS launches for each routed-token count of the products measured on one
-    GPU model (``scripts/measure_gemm_heuristic.py --kernel-map``)."""
+    GPU model (``scripts/measure/measure_gemm_heuristic.py --kernel-map``)."""
 
     gpu: str
     kernels: tuple[str, ...]
@@ -176,7 +176,7 @@ def kernel_map_from_json(gpu: str, data: dict[str, Any]) -> KernelMap:
     missing = [key for key in ("kernels", "products", "provenance") if key not in data]
     if missing:
         raise ValueError(f"cuBLAS kernel map for {gpu}: {', '.join(missing)} missing (re-measure "
-                         "with scripts/measure_gemm_heuristic.py --kernel-map)")
+                         "with scripts/measure/measure_gemm_heuristic.py --kernel-map)")
     products = {}
     for index, entry in enumerate(data["products"]):
         dims = [entry[d] for d in ("m", "n", "k")]

@@ -5,7 +5,7 @@ A rank's virtual host time has two parts (``intercept.host_time.clock``):
 
 * **table-charged**: per intercepted operation, what the reference host spends on it beyond the
   script's own Python call, from a table measured on the lent GPU machines
-  (``scripts/measure_host_costs.py``; ``phantora/calibration/data/host_costs.json`` with its
+  (``scripts/measure/measure_host_costs.py``; ``phantora/calibration/data/host_costs.json`` with its
   provenance, ``phantora.calibration.tables.HOST_COSTS``). It never depends on the machine that
   simulates, its load or the number of ranks on it.
 * **residual**: the script's own Python between intercepted operations, counted
@@ -197,7 +197,7 @@ def table_from_json(data: dict[str, Any], gemm: GemmHeuristic | None = None) -> 
         raise ValueError(f"host cost table: families_ns lacks {sorted(missing)}")
     if "ops_ns" not in data:
         raise ValueError("host cost table: ops_ns missing (re-derive it with "
-                         "scripts/measure_host_costs.py --import-raw ... --import-ops ...)")
+                         "scripts/measure/measure_host_costs.py --import-raw ... --import-ops ...)")
     ops = {k: int(v) for k, v in data["ops_ns"].items()}
     collectives = {k: int(v) for k, v in data["collectives_ns"].items()}
     if "default" not in collectives:

@@ -1,13 +1,13 @@
 """Host-time constants fitted on real training steps rather than measured on microbenchmarks.
 
-Two costs a microbenchmark gets wrong, so ``scripts/fit_host_time.py`` fits them on real steps
-of the example scripts at a configuration that is not in the accuracy harness
-(``scripts/data/host_fit/``), and the harness validates them:
+Two costs a microbenchmark gets wrong, so ``scripts/measure/fit_host_time.py`` fits them on
+real steps of the example scripts at a configuration that is not in the accuracy harness
+(``scripts/measure/data/host_fit/``), and the harness validates them:
 
 * ``python_cold_factor``: what a line of Python costs inside a training step against the same
-  line run hot in a loop (``scripts/measure_python_work.py``): between two lines the real host
-  ran a kernel launch or the CUDA driver, and the interpreter's caches are cold. Multiplies the
-  weights of ``intercept.host_time.python_work``.
+  line run hot in a loop (``scripts/measure/measure_python_work.py``): between two lines the
+  real host ran a kernel launch or the CUDA driver, and the interpreter's caches are cold.
+  Multiplies the weights of ``intercept.host_time.python_work``.
 * ``tensor_subclass_ns``: DTensor's dispatch of one op beyond the op on its local tensors
   (unwrapping, sharding propagation, wrapping), which the ``dtensor`` rows of the host-cost
   table (one-device mesh, one op repeated) put at ~19 us.
@@ -45,7 +45,7 @@ def fit_from_json(data: dict[str, Any]) -> HostFit:
                 "provenance"):
         if key not in data:
             raise ValueError(f"host fit: {key!r} is missing (re-fit with "
-                             "scripts/fit_host_time.py)")
+                             "scripts/measure/fit_host_time.py)")
     factor, subclass = float(data["python_cold_factor"]), int(data["tensor_subclass_ns"])
     node = int(data["autograd_node_ns"])
     if factor <= 0 or subclass < 0 or node < 0:

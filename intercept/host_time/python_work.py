@@ -6,7 +6,7 @@ simulator's excluded sections (``intercept.process.shim.count_thread``, ``work_c
 script, the libraries it calls (``nn.Module``'s call path, hooks, the optimizer's loops), DTensor's
 dispatch. A real host runs the same lines, so the count does not depend on this machine, its load or
 how many ranks share it. :class:`CountedWork` turns it into the reference host's time with two
-weights measured there (``scripts/measure_python_work.py``, ``phantora/calibration/data/
+weights measured there (``scripts/measure/measure_python_work.py``, ``phantora/calibration/data/
 python_work.json``): ns per line and ns per call of module calls, hooks and optimizer loops run
 hot, times the cold-code factor fitted on real steps (``intercept.host_time.host_fit``), scaled to
 another reference host by the host-speed benchmark's ``calls`` component.
@@ -77,7 +77,7 @@ def weights_for(reference: str) -> StepWeights:
     fit = load_fit()
     if fit.reference != WEIGHTS_REFERENCE:
         raise ValueError(f"host fit is for {fit.reference}, the Python weights for "
-                         f"{WEIGHTS_REFERENCE}: re-fit with scripts/fit_host_time.py")
+                         f"{WEIGHTS_REFERENCE}: re-fit with scripts/measure/fit_host_time.py")
     hot = load_weights()
     if reference != WEIGHTS_REFERENCE:
         from phantora.calibration.host_references import references

@@ -3,7 +3,8 @@
 ``phantora.collectives.efficiency`` says how they combine into a flow's wire bytes and a
 collective's latency, and builds ``DEFAULT_CALIBRATION`` from them; keys are the values of
 ``LinkKind``, ``Algorithm`` and ``Protocol``. They were fitted by hand to the measurements
-named in their sources; rerun ``scripts/validate_collectives.py`` after changing any of them.
+named in their sources; rerun ``scripts/validate/validate_collectives.py`` after changing any of
+them.
 """
 
 from collections.abc import Mapping
@@ -14,11 +15,12 @@ from phantora.calibration.source import UNKNOWN, Measured, Source
 _H200X2 = dict(file="scripts/data/collectives/h200x2/results.csv", date="2026-11-22",
                gpu="2x NVIDIA H200 (lent nvidia-h200-x2, NV18, NVLS off)",
                nccl="2.28.9+cuda13.0", torch="2.11.0+cu130")
-"""``scripts/measure_collectives.py`` runs 1-3 (``scripts/data/collectives/h200x2/README.md``;
-the 2 and 4 GiB points in ``results_run2.csv``)."""
+"""``scripts/measure/measure_collectives.py`` runs 1-3
+(``scripts/data/collectives/h200x2/README.md``; the 2 and 4 GiB points in
+``results_run2.csv``)."""
 
-_H100X8 = dict(file="scripts/validate_collectives.py (H100X8_ALL_REDUCE_US: the all_reduce_perf "
-                    "sample output of NVIDIA/dgxc-benchmarking nccl/README.md)",
+_H100X8 = dict(file="scripts/validate/validate_collectives.py (H100X8_ALL_REDUCE_US: the "
+                    "all_reduce_perf sample output of NVIDIA/dgxc-benchmarking nccl/README.md)",
                date=UNKNOWN, gpu="8x NVIDIA H100 80GB HBM3, one node (NVLS on)", nccl=UNKNOWN,
                torch="n/a (nccl-tests)")
 """The public 8x H100 sweep ``validate_collectives.py`` checks against."""

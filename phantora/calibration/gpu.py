@@ -10,11 +10,12 @@ from phantora.calibration.source import NO_NCCL, Measured, Source
 
 _OPS_H100 = dict(date="2026-11-22", gpu="NVIDIA H100 80GB HBM3 (lent nvidia-h100-x1)",
                  nccl=NO_NCCL, torch="2.11.0+cu130")
-"""``scripts/profile_ops.py`` runs of ``scenarios/examples/gpt_single.py``, batch 8 x 1024
-(``scripts/data/ops/README.md``)."""
+"""``scripts/measure/profile_ops.py`` runs of ``scenarios/examples/gpt_single.py``, batch 8 x
+1024 (``scripts/measure/data/ops/README.md``)."""
 
 KERNEL_GAP_NS = Measured(1_800, Source(
-    file="scripts/data/ops/h100_gpt2-124m_b8.json, scripts/data/ops/h100_gpt2-350m_b8.json",
+    file="scripts/measure/data/ops/h100_gpt2-124m_b8.json, "
+         "scripts/measure/data/ops/h100_gpt2-350m_b8.json",
     how="step time on the GPU minus the profiler's summed kernel time, per kernel-launching "
         "op: 2.09 us for GPT-2 124M, 1.58 us for GPT-2 350M",
     **_OPS_H100))
@@ -23,7 +24,7 @@ stream (the front end fetching and setting up the next launch), in GPU-bound tra
 the kernel tables time kernels without it."""
 
 HOST_LINK_GBS = Measured(7.0, Source(
-    file="scripts/data/ops/h100_gpt2-124m_b8.json",
+    file="scripts/measure/data/ops/h100_gpt2-124m_b8.json",
     how="GPT-2 124M's model.to(\"cuda\"): 0.50 GB in 71 ms of \"Memcpy HtoD (Pageable -> "
         "Device)\"",
     **_OPS_H100))
@@ -31,11 +32,11 @@ HOST_LINK_GBS = Measured(7.0, Source(
 ordinary CPU tensor does); pinned memory would run ~3-7x faster."""
 
 _OVERLAP_H200X2 = dict(
-    file="scripts/data/overlap/h200x2/results.csv", date="2026-11-22",
+    file="scripts/measure/data/overlap/h200x2/results.csv", date="2026-11-22",
     gpu="2x NVIDIA H200 (lent nvidia-h200-x2, NV18)", nccl="2.28.9+cuda13.0 (RING/SIMPLE, 24 "
     "channels)", torch="2.11.0+cu130")
-"""``scripts/measure_overlap.py`` (``scripts/data/overlap/h200x2/README.md``): bf16 GEMMs
-2048^3, 4096^3, 8192^3, layer_norm [8192, 4096] and an add of two 256 MiB tensors, beside
+"""``scripts/measure/measure_overlap.py`` (``scripts/measure/data/overlap/h200x2/README.md``):
+bf16 GEMMs 2048^3, 4096^3, 8192^3, layer_norm [8192, 4096] and an add of two 256 MiB tensors, beside
 all_reduce/all_gather/reduce_scatter of 16 and 256 MiB on 2 ranks. The test suite checks the
 points below against the file."""
 

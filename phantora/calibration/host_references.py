@@ -1,6 +1,6 @@
 """The reference GPU hosts' benchmark times (``phantora/calibration/data/host_speed.json``,
-measured by ``scripts/measure_host_speed.py`` on the lent GPU machines; raw output and method in
-``scripts/data/host/``), and the ratio of one of them to this machine.
+measured by ``scripts/measure/measure_host_speed.py`` on the lent GPU machines; raw output and
+method in ``scripts/measure/data/host/``), and the ratio of one of them to this machine.
 
 Standard library only: the scenario checks ``simulation.host_cpu`` against these names and the
 ranks (``intercept.host_time``) scale by them, so both sides read this module and it imports
@@ -88,11 +88,12 @@ class References:
 
 
 def parse_references(document: Mapping[str, Any]) -> References:
-    """Validate a ``host_speed.json`` document (see ``scripts/data/host/README.md``)."""
+    """Validate a ``host_speed.json`` document (see ``scripts/measure/data/host/README.md``)."""
     version = document.get("benchmark_version")
     if version != BENCHMARK_VERSION:
         raise ValueError(f"host speed references are for benchmark version {version}; this is "
-                         f"version {BENCHMARK_VERSION} (re-run scripts/measure_host_speed.py)")
+                         f"version {BENCHMARK_VERSION} (re-run "
+                         "scripts/measure/measure_host_speed.py)")
     hosts = {}
     for name, entry in document["hosts"].items():
         components = {str(k): int(v) for k, v in entry["components_ns"].items()}

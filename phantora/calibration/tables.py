@@ -11,43 +11,45 @@ from phantora.calibration.source import NO_NCCL, UNKNOWN, Source, Table
 DATA_DIR = Path(__file__).resolve().with_name("data")
 
 _KERNELS = dict(nccl=NO_NCCL, torch="2.11.0+cu130 (cuBLAS 13.1, cuDNN 9.19, Triton 3.6.0)",
-                how="scripts/measure_kernels.py --export-clean: measured rows only, the first of "
-                    "any duplicate, host-bound rows left out; data/README.md says how a row was "
-                    "timed")
+                how="scripts/measure/measure_kernels.py --export-clean: measured rows only, the "
+                    "first of any duplicate, host-bound rows left out; data/README.md says how a "
+                    "row was timed")
 
 KERNEL_TABLES: Mapping[str, Table] = MappingProxyType({
     "h100": Table(DATA_DIR / "kernels_h100.csv", Source(
-        file="scripts/data/kernels/h100/results.csv, scripts/data/kernels/h100-families/",
+        file="scripts/measure/data/kernels/h100/results.csv, "
+             "scripts/measure/data/kernels/h100-families/",
         date="2026-11-22 (model-family rows 2026-11-25)",
         gpu="NVIDIA H100 80GB HBM3, SXM (lent nvidia-h100-x1)", **_KERNELS)),
     "h200": Table(DATA_DIR / "kernels_h200.csv", Source(
-        file="scripts/data/kernels/h200/results.csv, scripts/data/kernels/h200-families/",
+        file="scripts/measure/data/kernels/h200/results.csv, "
+             "scripts/measure/data/kernels/h200-families/",
         date="2026-11-22 (model-family rows 2026-11-25)",
         gpu="NVIDIA H200, SXM (lent nvidia-h200)", **_KERNELS)),
 })
 """Device time of one call of an aten op per op, dtype and shape, by catalogue GPU key."""
 
 HOST_COSTS = Table(DATA_DIR / "host_costs.json", Source(
-    file="scripts/data/host_costs/h100x1.json",
+    file="scripts/measure/data/host_costs/h100x1.json",
     date="2026-11-25",
     gpu="NVIDIA H100 80GB HBM3 (lent nvidia-h100-x1; 16 vCPUs of an Intel Xeon)",
     nccl=UNKNOWN, torch="2.11.0+cu130",
-    how="scripts/measure_host_costs.py --import-raw: per op family the median of its cases' "
-        "medians of 7 rounds; --import-ops: per-op rows from h100x1-ops*.json (the file's "
+    how="scripts/measure/measure_host_costs.py --import-raw: per op family the median of its "
+        "cases' medians of 7 rounds; --import-ops: per-op rows from h100x1-ops*.json (the file's "
         "provenance block)"))
 """Host CPU time per intercepted op on the reference host: kernel launches by op family,
 collective calls (``intercept.host_time.host_cost``)."""
 
 GEMM_HEURISTIC = Table(DATA_DIR / "gemm_heuristic.json", Source(
-    file="scripts/data/gemm_heuristic/ (the fit: the four h100x1-training-b4 logs; checks: "
+    file="scripts/measure/data/gemm_heuristic/ (the fit: the four h100x1-training-b4 logs; checks: "
          "the four h100x1-training-b8 logs and the h100x1-replay logs)",
     date="2026-11-26",
     gpu="NVIDIA H100 80GB HBM3 (lent nvidia-h100-x1; 16 vCPUs of an Intel Xeon)",
     nccl="n/a (one GPU)", torch="2.11.0+cu130",
-    how="scripts/measure_gemm_heuristic.py --fit on four profiled moe-600m training runs at "
-        "batch 4, pooled: mean extra of a new shape, and of one with a kernel new to the process "
-        "(by the H100 kernel map); for unmapped products least squares by distance and age; "
-        "checked on four runs at batch 8 and on replays of recorded routing traces"))
+    how="scripts/measure/measure_gemm_heuristic.py --fit on four profiled moe-600m training runs "
+        "at batch 4, pooled: mean extra of a new shape, and of one with a kernel new to the "
+        "process (by the H100 kernel map); for unmapped products least squares by distance and "
+        "age; checked on four runs at batch 8 and on replays of recorded routing traces"))
 """Host cost of a cuBLAS product of a shape new to the process, and of a kernel new to it
 (``intercept.host_time.gemm_heuristic``)."""
 
@@ -58,41 +60,42 @@ CUBLAS_KERNEL_MAPS: Mapping[str, Table] = MappingProxyType({
         date="2026-11-27",
         gpu="NVIDIA H100 80GB HBM3 (lent nvidia-h100-x1)",
         nccl=NO_NCCL, torch="2.11.0+cu130 (cuBLAS 13.1)",
-        how="scripts/measure_gemm_heuristic.py --kernel-map: every routed-token count 1..16384 "
-            "of the moe-600m experts' six products and 1..1024 of the moe-tiny ones, in order, "
-            "under the PyTorch profiler; the kernels each aten::mm launched")),
+        how="scripts/measure/measure_gemm_heuristic.py --kernel-map: every routed-token count "
+            "1..16384 of the moe-600m experts' six products and 1..1024 of the moe-tiny ones, in "
+            "order, under the PyTorch profiler; the kernels each aten::mm launched")),
 })
 """The kernels cuBLAS launches per routed-token count of MoE expert products, by catalogue GPU
 key (``intercept.host_time.gemm_heuristic``)."""
 
 PYTHON_WORK = Table(DATA_DIR / "python_work.json", Source(
-    file="scripts/data/python_work/python_work_h100_1.json, scripts/data/python_work/"
-         "python_work_h100_2.json, scripts/data/python_work/python_work_h100_3.json",
+    file="scripts/measure/data/python_work/python_work_h100_1.json, "
+         "scripts/measure/data/python_work/python_work_h100_2.json, "
+         "scripts/measure/data/python_work/python_work_h100_3.json",
     date="2026-11-26",
     gpu="NVIDIA H100 80GB HBM3 (lent nvidia-h100-x1; 16 vCPUs of an Intel Xeon)",
     nccl="n/a (plain Python)", torch="2.11.0+cu130 (counted here with 2.13.0)",
-    how="scripts/measure_python_work.py --fit: per workload the median over 3 runs of the "
+    how="scripts/measure/measure_python_work.py --fit: per workload the median over 3 runs of the "
         "fastest of 25 rounds; ns per line and per call fitted on module calls, hooks and an "
         "optimizer loop, counted with this repository's Python and torch"))
 """Reference-host ns per line and per call of Python (``intercept.host_time.python_work``)."""
 
 HOST_FIT = Table(DATA_DIR / "host_fit.json", Source(
-    file="scripts/data/host_fit/h200x2-6layer.txt",
+    file="scripts/measure/data/host_fit/h200x2-6layer.txt",
     date="2026-11-26",
     gpu="2x NVIDIA H200 (lent nvidia-h200-x2; 32 vCPUs of an Intel Xeon)",
     nccl=UNKNOWN, torch="2.11.0+cu130",
-    how="scripts/fit_host_time.py: least squares of relative step error over the real steps of "
-        "gpt_single, gpt_ddp, gpt_fsdp2 and gpt_tp at a 6-layer configuration outside the "
+    how="scripts/measure/fit_host_time.py: least squares of relative step error over the real "
+        "steps of gpt_single, gpt_ddp, gpt_fsdp2 and gpt_tp at a 6-layer configuration outside the "
         "accuracy harness"))
 """Host-time constants fitted on real steps: Python's cold-code factor, DTensor's dispatch per
 op (``intercept.host_time.host_fit``)."""
 
 HOST_SPEED = Table(DATA_DIR / "host_speed.json", Source(
-    file="scripts/data/host/h100-x1-b.json, scripts/data/host/h200-x2.json",
+    file="scripts/measure/data/host/h100-x1-b.json, scripts/measure/data/host/h200-x2.json",
     date="2026-11-22",
     gpu="hosts of the lent nvidia-h100-x1 (h100-host) and nvidia-h200-x2 (h200-host)",
     nccl="n/a (host CPU benchmark)", torch="2.11.0+cu130",
-    how="scripts/measure_host_speed.py --import-record: the fastest of 5 rounds per component, "
-        "median over the measurements (scripts/data/host/README.md)"))
+    how="scripts/measure/measure_host_speed.py --import-record: the fastest of 5 rounds per "
+        "component, median over the measurements (scripts/measure/data/host/README.md)"))
 """Reference hosts' CPU speeds, which a rank's own CPU time is scaled by
 (``intercept.host_time.host_speed``)."""

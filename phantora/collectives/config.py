@@ -79,7 +79,8 @@ class NcclConfig:
     """Not an NCCL knob: rings of at most this many ranks are laid out step by step (merged
     only above ``flow_budget``); longer rings as one block of all steps per rank, its data
     delivered no earlier than the steps' chain latency (``ring._emit_ring``): O(ranks) flows,
-    within 3.3% of the step-by-step DAG on 64 and 128 H100s (scripts/bench_network_scale.py)."""
+    within 3.3% of the step-by-step DAG on 64 and 128 H100s
+    (scripts/bench/bench_network_scale.py)."""
 
     def __post_init__(self) -> None:
         for name in ("min_channels", "max_channels"):

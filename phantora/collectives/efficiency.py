@@ -23,7 +23,7 @@ Latency: NCCL's modeled latency of the chosen (algorithm, protocol) is scaled by
 ``latency_scale``.
 
 The measured numbers, each with the measurement it was fitted to, are in
-:mod:`phantora.calibration.collectives`; rerun ``scripts/validate_collectives.py`` after
+:mod:`phantora.calibration.collectives`; rerun ``scripts/validate/validate_collectives.py`` after
 changing any of them.
 """
 

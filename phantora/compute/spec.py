@@ -26,7 +26,7 @@ MEMCPY_DTOH = "Memcpy DtoH"
 
 STRIDED = "strided"
 """Variant of an element-wise launch with a non-contiguous or broadcast operand: PyTorch runs
-its non-vectorised kernel, about half as fast per byte (``scripts/data/kernels/``)."""
+its non-vectorised kernel, about half as fast per byte (``scripts/measure/data/kernels/``)."""
 
 
 class Family(str, Enum):

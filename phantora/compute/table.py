@@ -2,7 +2,7 @@
 
 The tables (``data/kernels_<gpu>.csv``, see ``data/README.md``) hold the device time of one
 call of an aten op per dtype and shape, measured on the lent GPUs by
-``scripts/measure_kernels.py``. A launch whose shape was measured gets that time; otherwise:
+``scripts/measure/measure_kernels.py``. A launch whose shape was measured gets that time; otherwise:
 
 * matmul and attention: the achieved rate (FLOP per ns) of the nearest measured shapes, in
   log-space of the dimensions, inverse-distance weighted, times the launch's FLOPs. A kernel's
@@ -37,7 +37,7 @@ ATTENTION_BLOCK = 128
 """A kernel's work is counted on its dimensions rounded up to whole tiles (m, n, k for matmuls,
 the sequence for attention): a 1000-row matmul costs what a 1024-row one does. With these
 tiles, the H100 table's 320 random off-grid matmuls are predicted with a median error of 7.5%
-(17% without rounding; ``scripts/validate_compute.py``)."""
+(17% without rounding; ``scripts/validate/validate_compute.py``)."""
 
 BACKEND_OF_DEFAULT_SDPA = "cudnn"
 """The attention kernels stock PyTorch picks on Hopper: the tables' ``default`` rows (no backend

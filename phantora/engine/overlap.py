@@ -3,9 +3,10 @@ the collective slower beside kernels.
 
 NCCL runs a collective as a kernel of one CUDA block per channel that holds its SM and streams
 through HBM for the whole call, so a kernel on another stream gets what is left. The factors
-come from measurements on 2x H200 (``scripts/measure_overlap.py``, ``scripts/data/overlap/``;
-the measured points and their source: ``phantora.calibration.gpu``);
-what was measured, how the rule below was chosen and what it misses: ``docs/models/compute.md``.
+come from measurements on 2x H200 (``scripts/measure/measure_overlap.py``,
+``scripts/measure/data/overlap/``; the measured points and their source:
+``phantora.calibration.gpu``); what was measured, how the rule below was chosen and what it
+misses: ``docs/models/compute.md``.
 
 * A kernel's factor is read off a curve of its alone duration (linear in log duration between
   measured kernels, flat beyond), one curve for compute-bound kernels (FLOPs counted: matrix

@@ -59,7 +59,7 @@ def coverage_line(coverage: dict[str, Any]) -> str:
                         for name, share in list(coverage["fallback_by_op"].items())[:5])
         line += (f"\nWARNING: {coverage['fallback_share']:.0%} of GPU time was costed by "
                  f"fallback (no measured rows for: {ops}); measure them with "
-                 "scripts/measure_kernels.py")
+                 "scripts/measure/measure_kernels.py")
     return line
 
 

@@ -382,7 +382,7 @@ def _routing(text: str, source: str, problems: list[Problem]) -> str:
     except ValueError as error:
         problems.append(("simulation.routing", f"{error} (paths are relative to the scenario "
                                                "file's folder; record one with "
-                                               "scripts/record_routing.py)"))
+                                               "scripts/measure/record_routing.py)"))
     return f"trace:{path}"
 
 

@@ -440,7 +440,7 @@ class SimulationSpec(_Section):
     """Which experts a router's top-k picks from fake logits (launch/value_policy.py):
     uniform (every k-subset equally likely), balanced (round-robin: every expert equally
     often), zipf:<s> (expert popularity ~ 1/rank^s, shuffled per layer), or trace:<file>
-    (expert counts per router call recorded from a real run by scripts/record_routing.py;
+    (expert counts per router call recorded from a real run by scripts/measure/record_routing.py;
     path relative to the scenario file)."""
     unknown_shapes: Literal["error", "half"] = "error"
     """An op whose output shape depends on values the simulator does not know (nonzero of a

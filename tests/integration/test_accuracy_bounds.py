@@ -10,7 +10,6 @@ say why in the commit.
 import json
 import os
 import statistics
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -20,17 +19,14 @@ import pytest
 import yaml
 from rich.console import Console
 
-from tests.integration.live_examples import ROOT
-
-sys.path.insert(0, str(ROOT / "scripts"))
-
-import validate_accuracy as harness  # scripts/ is not a package: imported from its folder
-import validate_collectives as collectives_harness
-import validate_compute as compute_harness
 from phantora.cluster.catalogue import CATALOGUE
 from phantora.compute.fitted import EfficiencyCurves
 from phantora.compute.model import ComputeModel, table_path
 from phantora.compute.table import KernelTable
+from scripts.validate import validate_accuracy as harness
+from scripts.validate import validate_collectives as collectives_harness
+from scripts.validate import validate_compute as compute_harness
+from tests.integration.live_examples import ROOT
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 UPDATE_GOLDEN = os.environ.get("PHANTORA_UPDATE_GOLDEN") == "1"

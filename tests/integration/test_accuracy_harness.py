@@ -1,19 +1,15 @@
 """The accuracy harness reads the stored step logs and builds valid scenarios from them
-(no simulation here: that takes minutes, see scripts/validate_accuracy.py)."""
+(no simulation here: that takes minutes, see scripts/validate/validate_accuracy.py)."""
 
 import shlex
-import sys
 from pathlib import Path
 
 import pytest
 
 from phantora.scenario import parse_scenario
-from tests.integration.live_examples import ROOT
+from scripts.measure import measure_steps
+from scripts.validate import validate_accuracy as harness
 
-sys.path.insert(0, str(ROOT / "scripts"))
-
-import measure_steps  # scripts/ is not a package: imported from its folder
-import validate_accuracy as harness
 
 TORCHRUN = ("/opt/python3 -m torch.distributed.run --standalone --nproc_per_node 2 "
             "/repo/scenarios/examples/gpt_fsdp2.py --model llama-1b --steps 10 --batch-size 4")

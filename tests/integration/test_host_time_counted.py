@@ -2,17 +2,13 @@
 whether this machine is idle or busy, and summary.json splits it into table and counted work."""
 
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import yaml
 
-from tests.integration.live_examples import ROOT, SCENARIO_DIR, parse_steps
-
-sys.path.insert(0, str(ROOT / "scripts"))
-
-from measure_host_speed import load as busy_cpus  # scripts/ is not a package
+from scripts.measure.measure_host_speed import load as busy_cpus
+from tests.integration.live_examples import SCENARIO_DIR, parse_steps
 
 
 def run_single(tmp_path: Path, run_cli: Callable[[list[str]], None], name: str

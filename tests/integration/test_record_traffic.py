@@ -1,6 +1,6 @@
-"""scripts/record_traffic.py records what the examples really send, run for real under
+"""scripts/measure/record_traffic.py records what the examples really send, run for real under
 torchrun on this CPU (gloo): the bytes follow the model's shapes and the router's counts; and
-scripts/validate_traffic.py finds the simulator's traffic equal to those recordings."""
+scripts/validate/validate_traffic.py finds the simulator's traffic equal to those recordings."""
 
 import json
 import os
@@ -10,12 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from scripts.measure import record_traffic
+from scripts.validate import validate_traffic
 from tests.integration.live_examples import ROOT
-
-sys.path.insert(0, str(ROOT / "scripts"))
-
-import record_traffic  # scripts/ is not a package: imported from its folder
-import validate_traffic
 
 EXAMPLES = ROOT / "scenarios" / "examples"
 TINY = ["--steps", "1", "--num-workers", "0", "--batch-size", "2"]
@@ -59,9 +56,10 @@ def test_the_light_routing_recorder_writes_every_router_call(tmp_path: Path) -> 
     """``record_routing.py`` (no dispatch mode, so a timed run keeps its speed): one process,
     two steps, every MoE layer's counts in call order, each summing to the routed copies."""
     trace = tmp_path / "trace.json"
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "record_routing.py"), "--out",
-                           str(trace), "--", str(EXAMPLES / "moe_ep.py"), *TINY[2:], "--steps",
-                           "2"], capture_output=True, text=True, timeout=300, check=False,
+    recorder = ROOT / "scripts" / "measure" / "record_routing.py"
+    done = subprocess.run([sys.executable, str(recorder), "--out", str(trace), "--",
+                           str(EXAMPLES / "moe_ep.py"), *TINY[2:], "--steps", "2"],
+                          capture_output=True, text=True, timeout=300, check=False,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-2000:]
     written = json.loads(trace.read_text())

@@ -12,8 +12,8 @@ Recorded on a real GPU (torch 2.11 CUDA) with::
     python3 -m tests.intercept.cuda_reference --out "$OUT/cuda_reference.json"
 
 which also profiles each body and lists the aten ops that had device time of their own (what a
-profile of a real step, ``scripts/data/ops/*.json``, names). ``test_device_cuda_ops`` compares
-the fake GPU's dispatch with the stored file (``data/cuda_reference.json``).
+profile of a real step, ``scripts/measure/data/ops/*.json``, names). ``test_device_cuda_ops``
+compares the fake GPU's dispatch with the stored file (``data/cuda_reference.json``).
 """
 
 import argparse

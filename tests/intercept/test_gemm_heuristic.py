@@ -1,9 +1,9 @@
 """cuBLAS's heuristic cost for products of shapes new to the process
-(``intercept.host_time.gemm_heuristic``) and its fit (``scripts/measure_gemm_heuristic.py``)."""
+(``intercept.host_time.gemm_heuristic``) and its fit
+(``scripts/measure/measure_gemm_heuristic.py``)."""
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,12 +11,10 @@ import pytest
 from intercept.host_time.gemm_heuristic import (GemmShapeCache, ProductRows, heuristic_from_json,
                                       kernel_map_from_json, load_gemm_heuristic, load_kernel_map)
 
+from scripts.measure import measure_gemm_heuristic
+
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "scripts"))
-
-import measure_gemm_heuristic  # noqa: E402  scripts/ is not a package
-
-LOGS = REPO / "scripts" / "data" / "gemm_heuristic"
+LOGS = REPO / "scripts" / "measure" / "data" / "gemm_heuristic"
 COSTS = {"reference": "h100-host", "base_ns": 200_000, "distance_edges": [8, 64, 512],
          "warm_ns": [100_000, 1_000_000, 2_000_000, 3_000_000, 4_000_000],
          "decay_shapes": 100, "new_reduction_ns": 150_000, "new_shape_ns": 180_000,

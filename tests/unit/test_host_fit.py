@@ -1,8 +1,7 @@
 """The host-time constants fitted on real steps (``intercept.host_time.host_fit``) and the fit
-itself (``scripts/fit_host_time.py``)."""
+itself (``scripts/measure/fit_host_time.py``)."""
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -10,10 +9,9 @@ import pytest
 from intercept.host_time.host_fit import fit_from_json, load_fit
 from phantora.calibration.tables import HOST_FIT
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "scripts"))
+from scripts.measure import fit_host_time
 
-import fit_host_time  # scripts/ is not a package
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_shipped_fit_names_its_real_steps() -> None:

@@ -1,16 +1,10 @@
-"""``scripts/measure_host_costs.py``'s derivation of the table's per-op rows: records from other
-hosts are put on the base record's footing before their median is taken."""
+"""``scripts/measure/measure_host_costs.py``'s derivation of the table's per-op rows: records
+from other hosts are put on the base record's footing before their median is taken."""
 
-import sys
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
-
-import measure_host_costs as mhc  # scripts/ is not a package: imported from its folder
-
 from intercept.host_time.host_cost import EMBEDDING_BACKWARD_SMALL, INDEX_PUT_ACCUMULATE, SORT_SMALL
+from scripts.measure import measure_host_costs as mhc
 
 
 def _record(aten_us: float, ops_us: float) -> dict[str, Any]:

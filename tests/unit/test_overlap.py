@@ -18,7 +18,7 @@ from phantora.engine.overlap import (
 from phantora.engine.streams import Completion, RankDevice
 from wire.messages import Collective, Kernel
 
-RESULTS = Path(__file__).parents[2] / "scripts/data/overlap/h200x2/results.csv"
+RESULTS = Path(__file__).parents[2] / "scripts/measure/data/overlap/h200x2/results.csv"
 FLAT = OverlapModel(SlowdownCurve(((1, 2.0),)), SlowdownCurve(((1, 1.5),)))
 """Factor 2 for compute kernels, 1.5 for memory-bound ones, whatever their duration; collectives
 are not slowed by kernels."""

@@ -16,12 +16,11 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
+from scripts.measure import measure_collectives as mc
+from scripts.measure import measure_steps
+from scripts.validate import validate_collectives as vc
 
-import measure_collectives as mc  # scripts/ is not a package: imported from its folder
-import measure_steps
-import validate_collectives as vc
+ROOT = Path(__file__).resolve().parents[2]
 
 GIB = 1 << 30
 
@@ -51,7 +50,7 @@ def test_machine_name_from_gpu_name_and_count(gpu: str, count: int, name: str) -
 
 def test_machine_names_match_the_validation_scripts() -> None:
     """The folder names the measuring scripts write are the ones the validators read."""
-    import validate_accuracy
+    from scripts.validate import validate_accuracy
 
     for name in ("h200x4", "h200x8"):
         assert vc.MACHINE_RE.match(name) and validate_accuracy.MACHINE_RE.match(name)
@@ -65,7 +64,7 @@ def test_two_gpu_suites_are_unchanged() -> None:
     """The 2-GPU plan still makes the runs stored in scripts/data/steps/h200x2, with the same
     arguments (but for the step count: the CI scenarios ran 3 steps before session d) and
     process counts."""
-    import validate_accuracy
+    from scripts.validate import validate_accuracy
 
     planned = {r.name: r for r in measure_steps.plan_runs("single,dist,dist-more", 2)}
     stored = [run for log in sorted((ROOT / "scripts/data/steps/h200x2").glob("*_gpt_*.log"))
@@ -89,8 +88,8 @@ def test_learned_moe_runs_record_their_routing_and_the_harness_replays_it() -> N
     """``measure_moe_steps.py`` runs learned routing under ``record_routing.py``, its trace
     beside the log; the accuracy harness then replays that trace over the run's own steps (the
     measured median covers steps 3..10: each simulated step replays its recorded calls)."""
-    import measure_moe_steps
-    import validate_accuracy
+    from scripts.measure import measure_moe_steps
+    from scripts.validate import validate_accuracy
 
     runs = {r.name: r for r in measure_moe_steps.moe_runs(Path("/o"), "h100x1")}
     learned, balanced = runs["moe-600m-b4-learned"], runs["moe-600m-b4-balanced"]
@@ -383,7 +382,7 @@ def step_log(command: str, name: str, step_ms: list[float], peak_gib: float) -> 
 def test_sessions_of_one_workload_make_one_case(tmp_path: Path) -> None:
     """Logs of one workload from three sessions (host instances): one case, measured as the
     median of the session medians, each session's median kept for the report's range."""
-    import validate_accuracy as va
+    from scripts.validate import validate_accuracy as va
 
     machine = tmp_path / "h200x2"
     machine.mkdir()
@@ -403,7 +402,7 @@ def test_sessions_of_one_workload_make_one_case(tmp_path: Path) -> None:
 def test_steady_needs_sessions_on_two_host_instances(tmp_path: Path) -> None:
     """Close session medians make a workload steady only where the sessions' env logs name
     two host instances (GPU UUIDs): on one instance a host-bound run can be steady too."""
-    import validate_accuracy as va
+    from scripts.validate import validate_accuracy as va
 
     machine = tmp_path / "h200x1"
     machine.mkdir()
@@ -429,9 +428,9 @@ def test_steady_needs_sessions_on_two_host_instances(tmp_path: Path) -> None:
 def test_phase_records_split_into_runs_and_tabulate(capsys: pytest.CaptureFixture[str]) -> None:
     """Every stored phase record parses into runs with steady steps; its table has one row per
     run, its step longer than any one phase."""
-    import measure_moe_phases as mp
+    from scripts.measure import measure_moe_phases as mp
 
-    records = sorted((ROOT / "scripts" / "data" / "host_phases").glob("*.txt"))
+    records = sorted((ROOT / "scripts" / "measure" / "data" / "host_phases").glob("*.txt"))
     assert records
     runs = {name: steps for path in records for name, steps in mp.runs_of(path).items()}
     assert len(runs) >= 3 and all(len(steps) >= mp.FIRST_STEADY_STEP + 1
@@ -444,7 +443,7 @@ def test_phase_records_split_into_runs_and_tabulate(capsys: pytest.CaptureFixtur
 
 
 def test_phase_table_refuses_a_run_without_steady_steps(tmp_path: Path) -> None:
-    import measure_moe_phases as mp
+    from scripts.measure import measure_moe_phases as mp
 
     record = tmp_path / "short.txt"
     phases = {name: 1.0 for name in mp.PHASES}

@@ -1,0 +1,1 @@
+"""The simulator's own speed and memory (README.md)."""

@@ -1,0 +1,2 @@
+"""Measuring on GPU machines, and fitting the simulator's tables to the measurements
+(README.md)."""

@@ -1,0 +1,1 @@
+"""The simulator against stored measurements and published numbers (README.md)."""
