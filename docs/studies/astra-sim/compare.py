@@ -22,29 +22,9 @@ from collections import defaultdict
 from pathlib import Path
 
 from phantora.study.chakra import et_def_pb2 as pb
+from phantora.study.chakra.importer import read_nodes
 
 HERE = Path(__file__).parent
-
-
-def read_et(path: Path) -> list:
-    data, pos, nodes = path.read_bytes(), 0, []
-    while pos < len(data):
-        size = shift = 0
-        while True:
-            byte = data[pos]
-            pos += 1
-            size |= (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                break
-        nodes.append(data[pos:pos + size])
-        pos += size
-    out = []
-    for raw in nodes[1:]:  # the first record is GlobalMetadata
-        node = pb.Node()
-        node.ParseFromString(raw)
-        out.append(node)
-    return out
 
 
 def longest_path_without_comm(nodes: list) -> int:
@@ -87,7 +67,7 @@ def main() -> None:
     parser.add_argument("--log-dir", default="astra-log")
     args = parser.parse_args()
     summary = json.loads(Path(args.run_dir, "summary.json").read_text())
-    nodes = read_et(Path(args.et_dir, "trace.0.et"))
+    nodes = read_nodes(Path(args.et_dir, "trace.0.et"))
     ranks, ticks = run_astra(args)
     print(f"phantora-ns3: simulated {summary['simulated_ns'] / 1e6:.3f} ms; trace's longest path "
           f"with collectives at 0: {longest_path_without_comm(nodes) / 1e6:.3f} ms")

@@ -49,7 +49,9 @@ def chakra_files(folder: Path) -> list[Path]:
     return [found[rank] for rank in sorted(found)]
 
 
-def _decode(path: Path) -> list[Any]:
+def read_nodes(path: Path) -> list[Any]:
+    """The nodes of one Chakra ET file (after its ``GlobalMetadata``); RecordingError if it is
+    not one."""
     pb = proto()
     data = path.read_bytes()
     messages, at = [], 0
@@ -117,7 +119,7 @@ def _rank_records(rank: int, path: Path, groups: dict[str, list[int]], world: in
     stream_of: dict[int, int] = {}
     seqs: dict[Any, int] = defaultdict(int)
     gap_ns = 0
-    for node in _ordered(_decode(path), path):
+    for node in _ordered(read_nodes(path), path):
         attrs = _attrs(node)
         deps = sorted(set(node.data_deps) | set(node.ctrl_deps))
         if node.type == pb.COMP_NODE and attrs.get("is_cpu_op"):
