@@ -2,6 +2,7 @@
 key, one line per combination of the other keys; for scripts, the steady step of every point
 as a bar split into its attribution's parts (``attribution.png``)."""
 
+import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -59,19 +60,37 @@ def plot_sweep(rows: list[dict[str, Any]], keys: list[str], out_dir: Path,
 
 def _plot_attribution(plt: Any, rows: list[dict[str, Any]], keys: list[str],
                       out_dir: Path) -> Path:
-    """One stacked bar per point: its steady step split into parts."""
-    labels = ["\n".join(f"{key}={row[key]}" for key in keys) for row in rows]
-    figure, axis = plt.subplots(figsize=(max(6.0, 1.2 * len(rows)), 4.5))
+    """One stacked bar per point, at its own place (points whose swept keys print alike, e.g.
+    differing only in ``faults``, are not drawn over each other): its steady step split into
+    parts, labelled with its number and its values (a key's last part; faults by kind)."""
+    labels = [_point_label(row, keys) for row in rows]
+    places = list(range(len(rows)))
+    figure, axis = plt.subplots(figsize=(max(6.0, 1.3 * len(rows)), 4.5))
     bottom = [0.0] * len(rows)
     for part in PARTS:
         heights = [row[f"{part}_ms"] for row in rows]
-        axis.bar(labels, heights, bottom=bottom, label=part.replace("_", " "))
+        axis.bar(places, heights, bottom=bottom, label=part.replace("_", " "))
         bottom = [b + h for b, h in zip(bottom, heights)]
+    axis.set_xticks(places, labels)
     axis.set_ylabel("steady step (ms)")
-    axis.legend(fontsize="small")
-    axis.tick_params(axis="x", labelsize="small")
+    axis.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    axis.tick_params(axis="x", labelsize="x-small")
     figure.tight_layout()
     path = out_dir / "attribution.png"
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return path
+
+
+def _point_label(row: dict[str, Any], keys: list[str]) -> str:
+    """``p3``, one line per swept key with a value (a text value alone, else ``name=value``),
+    then the faults' kinds."""
+    lines = [f"p{row['point']}" if "point" in row else ""]
+    for key in keys:
+        value = row.get(key)
+        if value is not None:
+            lines.append(value if isinstance(value, str) else f"{key.rsplit('.', 1)[-1]}={value}")
+    kinds = re.findall(r"'kind': '(\w+)'", str(row.get("faults") or ""))
+    if kinds:
+        lines.append("+".join(kinds))
+    return "\n".join(line for line in lines if line)
