@@ -5,6 +5,7 @@
     │   └── RecordingError     an execution graph is missing, damaged, old, or does not fit
     ├── CatalogueError         an unknown or inconsistent hardware catalogue entry
     ├── MissingDependencyError an optional dependency (ns3, torch) is not installed
+    ├── ProfileError           a real GPU profile (Kineto trace) is unreadable or does not fit a run
     └── SimulationError        something went wrong while simulating
         ├── BackendError       a network backend refused an input or failed
         ├── DeadlockError      live ranks wait on each other (mismatched or missing collectives)
@@ -27,6 +28,11 @@ class CatalogueError(PhantoraError):
 
 class MissingDependencyError(PhantoraError):
     """An optional dependency is missing; the message names the ``pip install`` that fixes it."""
+
+
+class ProfileError(PhantoraError, ValueError):
+    """A Kineto trace is not one, holds no GPU kernels or steps, or belongs to another run than
+    the one it is compared with; the message names the file and says what to record instead."""
 
 
 class SimulationError(PhantoraError):

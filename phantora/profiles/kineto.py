@@ -1,0 +1,328 @@
+"""One rank's PyTorch profiler trace (Kineto's Chrome-trace JSON) as GPU kernels, each with the
+aten op that launched it, collectives with their op and size, and the profiled steps.
+
+The format (``torch.profiler.profile(...).export_chrome_trace``): ``traceEvents`` of complete
+events (``ph: X``, ``ts``/``dur`` in microseconds) by category: ``kernel``, ``gpu_memcpy`` and
+``gpu_memset`` on the GPU (``args.stream``, ``args.correlation``); ``cuda_runtime`` and
+``cuda_driver`` calls on host threads (``cudaLaunchKernel`` & co., ``args.correlation``: the
+GPU activity they started); ``cpu_op`` (aten ops with ``Input Dims``, ``Input type``,
+``Concrete Inputs`` when recorded with ``record_shapes=True``) and ``user_annotation``
+(``record_function`` ranges: ``ProfilerStep#N``, ``nccl:all_reduce``, ``record_param_comms``).
+``distributedInfo`` names the rank and world size, ``deviceProperties`` the GPUs.
+
+A kernel's op is the innermost aten op (a namespaced ``cpu_op`` such as ``aten::mm``, not a
+wrapper like ``autograd::engine::...``) that encloses, on the launching thread, the runtime call
+with the kernel's correlation id. Host ranges are properly nested per thread, so one sort and
+one sweep with a stack per thread finds it for every launch: O(n log n) on a 50 MB trace.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from phantora.errors import ProfileError
+
+RECORD_HINT = ("record one with torch.profiler.profile(activities=[ProfilerActivity.CPU, "
+               "ProfilerActivity.CUDA], record_shapes=True) and export_chrome_trace, e.g. "
+               "scripts/measure/profile_run.py")
+"""How to get a trace this reader can use; every refusal says it."""
+
+DEVICE_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+LAUNCH_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
+HOST_RANGE_CATEGORIES = frozenset({"cpu_op", "user_annotation"})
+WRAPPER_NAMESPACES = frozenset({"autograd", "profiler", "torch", "cuda", "c10"})
+"""Namespaced host ranges that are not ops launching kernels (``autograd::engine::...``)."""
+
+_STEP = re.compile(r"ProfilerStep#(\d+)$")
+
+DTYPE_BYTES: dict[str, int] = {
+    "double": 8, "float": 4, "float32": 4, "float64": 8, "half": 2, "float16": 2, "bfloat16": 2,
+    "long": 8, "int64": 8, "int": 4, "int32": 4, "short": 2, "int16": 2, "char": 1, "int8": 1,
+    "byte": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
+    "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1, "complexfloat": 8, "complexdouble": 16,
+}
+"""Element size by the dtype names the profiler writes (``BFloat16``, ``Float``, ``c10::Half``)."""
+
+_COLLECTIVE_PREFIXES: tuple[tuple[str, str], ...] = (
+    ("allreduce", "all_reduce"), ("allgather", "all_gather"), ("reducescatter", "reduce_scatter"),
+    ("alltoall", "all_to_all"), ("broadcast", "broadcast"), ("reduce", "reduce"),
+    ("send", "send"), ("recv", "recv"), ("barrier", "all_reduce"), ("gather", "all_to_allv"),
+    ("scatter", "all_to_allv"),
+)
+"""Squashed collective names (PyTorch's ``Collective name`` or NCCL's kernel name, lower case
+without ``_``) -> the simulator's ops (``wire.ops.IssuedOp``). As the simulator issues them: a
+barrier is a one-element all-reduce, gather and scatter are all_to_allv with one column or
+row. Longer names first where one is the prefix of another."""
+
+NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_")
+
+
+@dataclass(frozen=True)
+class OpCall:
+    """The innermost aten op that launched a kernel, with its inputs as recorded."""
+
+    name: str
+    """``aten::mm``."""
+    input_dims: tuple = ()
+    """``args["Input Dims"]``, lists turned into tuples: ``((8192, 768), (768, 2304))``."""
+    input_types: tuple = ()
+    """``args["Input type"]``: ``("c10::BFloat16", "c10::BFloat16")``."""
+    concrete_inputs: tuple = ()
+    """``args["Concrete Inputs"]``: scalars as strings, ``""`` for tensors."""
+
+
+@dataclass(frozen=True)
+class CollectiveInfo:
+    """What an NCCL kernel did, from its own args or the ``record_param_comms`` range that
+    launched it."""
+
+    op: str
+    """``all_reduce``, ``all_gather``, ``reduce_scatter``, ``broadcast``, ``reduce``,
+    ``all_to_all``, ``all_to_allv``, ``send``, ``recv``; ``send_recv`` for a p2p kernel whose
+    launch recorded no more."""
+    bytes: int | None
+    """Message size in the nccl-tests convention (the larger of the input and output element
+    counts times the element size), None where the trace does not say."""
+    group_size: int | None
+
+
+@dataclass(frozen=True)
+class KernelEvent:
+    """One GPU activity: a kernel, or a copy or fill (``Memcpy DtoD``, ``Memset``)."""
+
+    name: str
+    stream: int
+    start_ns: int
+    duration_ns: int
+    correlation: int
+    op: OpCall | None
+    """The launching aten op; None where no aten op encloses the launch (a compiled graph's
+    Triton kernel, a CUDA graph replay, NCCL)."""
+    collective: CollectiveInfo | None
+    """For NCCL kernels."""
+    launch_ns: int | None = None
+    """When the host called the launch (the runtime event's start); None if not in the trace."""
+    enclosing_ops: tuple[str, ...] = ()
+    """Names of every aten op enclosing the launch, innermost first (``aten::_flash_attention_
+    forward``, ``aten::_scaled_dot_product_flash_attention``, ...): another tool may name the
+    kernel by an outer op."""
+    device: int | None = None
+
+    @property
+    def end_ns(self) -> int:
+        return self.start_ns + self.duration_ns
+
+
+@dataclass(frozen=True)
+class HostOp:
+    """A top-level host op (no other ``cpu_op`` encloses it on its thread)."""
+
+    name: str
+    thread: int
+    start_ns: int
+    duration_ns: int
+
+
+@dataclass
+class RankTrace:
+    """One rank's trace."""
+
+    path: Path
+    rank: int | None
+    world_size: int | None
+    device_name: str | None
+    kernels: list[KernelEvent]
+    """Every GPU activity, NCCL kernels, copies and fills included, by start."""
+    steps: list[tuple[int, int]]
+    """``(start_ns, end_ns)`` of each ``ProfilerStep#N`` host range, in order."""
+    ops: list[HostOp] = field(default_factory=list)
+    """Top-level host ops, by start."""
+    step_numbers: list[int] = field(default_factory=list)
+    """The ``N`` of each of :attr:`steps`."""
+
+
+def read_trace(path: Path) -> RankTrace:
+    """Read a Kineto trace (``.json`` or ``.json.gz``); :class:`ProfileError` (a ValueError)
+    naming the file when it is not one or holds no GPU kernels."""
+    document = _load(path)
+    events = [e for e in document["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"]
+    device_events = [e for e in events if e.get("cat") in DEVICE_CATEGORIES]
+    if not device_events:
+        raise ProfileError(f"{path}: the trace holds no GPU kernels (recorded without "
+                           f"ProfilerActivity.CUDA, or on a machine without a GPU); {RECORD_HINT}")
+    launches = _launch_contexts(events)
+    kernels = sorted((_kernel(e, launches) for e in device_events),
+                     key=lambda k: (k.start_ns, k.stream))
+    step_ranges = sorted(
+        (int(m.group(1)), _ns(e["ts"]), _ns(e["ts"]) + _ns(e.get("dur", 0)))
+        for e in events
+        if e.get("cat") in HOST_RANGE_CATEGORIES and (m := _STEP.match(str(e.get("name", "")))))
+    info = document.get("distributedInfo") or {}
+    devices = document.get("deviceProperties") or []
+    return RankTrace(
+        path=path, rank=_int(info.get("rank")), world_size=_int(info.get("world_size")),
+        device_name=str(devices[0].get("name")) if devices and devices[0].get("name") else None,
+        kernels=kernels, steps=[(start, end) for _, start, end in step_ranges],
+        ops=_top_level_ops(events), step_numbers=[number for number, _, _ in step_ranges])
+
+
+def _load(path: Path) -> dict[str, Any]:
+    opener = gzip.open if path.name.endswith(".gz") else open
+    try:
+        with opener(path, "rt", encoding="utf-8") as handle:
+            document = json.load(handle)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ProfileError(f"{path}: not a readable Kineto trace ({error}); {RECORD_HINT}") from None
+    if not isinstance(document, dict) or not isinstance(document.get("traceEvents"), list):
+        raise ProfileError(f"{path}: not a Kineto trace (no traceEvents list); {RECORD_HINT}")
+    return document
+
+
+def _ns(microseconds: float | int | str) -> int:
+    return round(float(microseconds) * 1000)
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _tuples(value: Any) -> Any:
+    """Lists (nested) -> tuples, so recorded shapes are hashable."""
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+
+
+def _is_op(name: str) -> bool:
+    """Whether a host range is an op that launches kernels (``aten::mm``, ``fsdp::chunk_cat``)
+    rather than a profiler or autograd wrapper."""
+    namespace, sep, _ = name.partition("::")
+    return bool(sep) and namespace not in WRAPPER_NAMESPACES and " " not in namespace
+
+
+@dataclass(frozen=True)
+class _Launch:
+    """What was open on the host thread when a launch was called."""
+
+    ts_ns: int
+    op: OpCall | None
+    enclosing: tuple[str, ...]
+    comms: dict[str, Any] | None
+    """Args of the innermost enclosing range that names a collective (``record_param_comms``)."""
+
+
+def _launch_contexts(events: list[dict[str, Any]]) -> dict[int, _Launch]:
+    """Correlation id -> the host context of its launch call: per thread, one sweep over host
+    ranges (sorted by start, outer before inner) and launches (by time) with a stack of the
+    ranges open."""
+    per_thread: dict[tuple[Any, Any], list[tuple[int, int, int, dict[str, Any]]]] = defaultdict(list)
+    for e in events:
+        category = e.get("cat")
+        if category in HOST_RANGE_CATEGORIES:
+            start = _ns(e["ts"])
+            per_thread[(e.get("pid"), e.get("tid"))].append(
+                (start, 0, -(start + _ns(e.get("dur", 0))), e))
+        elif category in LAUNCH_CATEGORIES and "correlation" in (e.get("args") or {}):
+            # at equal times, ranges open before the launch is looked at (kind 0 before 1)
+            per_thread[(e.get("pid"), e.get("tid"))].append((_ns(e["ts"]), 1, 0, e))
+    launches: dict[int, _Launch] = {}
+    for items in per_thread.values():
+        items.sort(key=lambda item: item[:3])
+        stack: list[tuple[int, dict[str, Any]]] = []  # (end_ns, event)
+        for start, kind, negative_end, event in items:
+            while stack and stack[-1][0] <= start and not (kind == 1 and stack[-1][0] == start):
+                stack.pop()
+            if kind == 0:
+                stack.append((-negative_end, event))
+                continue
+            launches[int(event["args"]["correlation"])] = _context(start, stack)
+    return launches
+
+
+def _context(ts_ns: int, stack: list[tuple[int, dict[str, Any]]]) -> _Launch:
+    ops = [e for _, e in reversed(stack) if e.get("cat") == "cpu_op" and _is_op(e.get("name", ""))]
+    comms = next((e.get("args") for _, e in reversed(stack)
+                  if "Collective name" in (e.get("args") or {})), None)
+    innermost = ops[0] if ops else None
+    op = None
+    if innermost is not None:
+        args = innermost.get("args") or {}
+        op = OpCall(name=innermost["name"], input_dims=_tuples(args.get("Input Dims", [])),
+                    input_types=_tuples(args.get("Input type", [])),
+                    concrete_inputs=_tuples(args.get("Concrete Inputs", [])))
+    return _Launch(ts_ns, op, tuple(e["name"] for e in ops), comms)
+
+
+def _kernel(event: dict[str, Any], launches: dict[int, _Launch]) -> KernelEvent:
+    args = event.get("args") or {}
+    correlation = _int(args.get("correlation"))
+    launch = launches.get(correlation) if correlation is not None else None
+    name = str(event.get("name", ""))
+    if event.get("cat") != "kernel":
+        name = name.split(" (", 1)[0]  # "Memcpy DtoD (Device -> Device)" -> "Memcpy DtoD"
+    collective = None
+    if NCCL_KERNEL.match(name):
+        collective = _collective(name, args if "Collective name" in args
+                                 else (launch.comms if launch and launch.comms else {}))
+    return KernelEvent(
+        name=name, stream=_int(args.get("stream")) or 0, start_ns=_ns(event["ts"]),
+        duration_ns=_ns(event.get("dur", 0)), correlation=correlation or 0,
+        op=launch.op if launch else None, collective=collective,
+        launch_ns=launch.ts_ns if launch else None,
+        enclosing_ops=launch.enclosing if launch else (), device=_int(args.get("device")))
+
+
+def collective_op(name: str) -> str | None:
+    """A collective's name as PyTorch (``_allgather_base``, ``allreduce_coalesced``) or NCCL
+    (``ncclDevKernel_AllReduce_Sum_bf16_RING_LL``) writes it -> the simulator's op, or None."""
+    squashed = NCCL_KERNEL.sub("", name).lower().replace("_", "").lstrip()
+    if squashed.startswith("sendrecv"):
+        return None  # NCCL's one p2p kernel: a send, a recv or an all-to-all
+    return next((op for prefix, op in _COLLECTIVE_PREFIXES if squashed.startswith(prefix)), None)
+
+
+def _collective(kernel_name: str, args: dict[str, Any]) -> CollectiveInfo:
+    op = collective_op(str(args.get("Collective name", ""))) or collective_op(kernel_name)
+    if op is None:
+        op = "send_recv"  # ncclDevKernel_SendRecv without the range that says which
+    if op == "all_to_all" and _uneven(args.get("In split size")):
+        op = "all_to_allv"
+    nelems = [n for n in (_int(args.get("In msg nelems")), _int(args.get("Out msg nelems")))
+              if n is not None]
+    element = DTYPE_BYTES.get(str(args.get("dtype", "")).rsplit("::", 1)[-1].lower())
+    return CollectiveInfo(op=op, bytes=max(nelems) * element if nelems and element else None,
+                          group_size=_int(args.get("Group size")))
+
+
+def _uneven(splits: Any) -> bool:
+    """Whether split sizes (a list, or its string ``"[1, 2]"``) differ."""
+    if isinstance(splits, str):
+        splits = [s for s in re.split(r"[\s,\[\]]+", splits) if s]
+    return isinstance(splits, list) and len(set(map(str, splits))) > 1
+
+
+def _top_level_ops(events: Iterable[dict[str, Any]]) -> list[HostOp]:
+    """``cpu_op`` ranges that no other ``cpu_op`` on their thread encloses, by start."""
+    per_thread: dict[tuple[Any, Any], list[HostOp]] = defaultdict(list)
+    for e in events:
+        if e.get("cat") == "cpu_op":
+            per_thread[(e.get("pid"), e.get("tid"))].append(HostOp(
+                str(e.get("name", "")), _int(e.get("tid")) or 0, _ns(e["ts"]),
+                _ns(e.get("dur", 0))))
+    top: list[HostOp] = []
+    for ops in per_thread.values():
+        ops.sort(key=lambda op: (op.start_ns, -op.duration_ns))
+        open_until = -1
+        for op in ops:
+            if op.start_ns >= open_until:
+                top.append(op)
+                open_until = op.start_ns + op.duration_ns
+    return sorted(top, key=lambda op: op.start_ns)
