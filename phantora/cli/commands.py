@@ -1,4 +1,4 @@
-"""The subcommands that work on a recorded run: ``replay`` and ``export-chakra``."""
+"""The subcommands that work on a recorded run: ``replay``, ``export-chakra`` and ``diff``."""
 
 import argparse
 from pathlib import Path
@@ -15,6 +15,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "export-chakra": ("RUN_DIR [--out DIR] [--prefix PREFIX]",
                       "write a recorded run as Chakra execution traces (one .et per rank and "
                       "comm_group.json) for ASTRA-sim"),
+    "diff": ("REAL_TRACE... RUN_DIR [--out DIR] [--against same|steady]",
+             "compare real per-rank PyTorch profiler traces with a live run of the same script, "
+             "step by step (kernel families, collectives, GPU idle, exposed communication); "
+             "writes diff.json"),
 }
 """Each subcommand's arguments and one-line summary, for its own ``--help`` and the top-level
 one."""
@@ -58,4 +62,16 @@ def run_subcommand(name: str, argv: list[str], console: Console) -> int:
         console.print(f"wrote {len(written) - 1} Chakra traces and {written[-1]}",
                       highlight=False)
         return 0
+    if name == "diff":
+        from phantora.cli.diff import add_arguments, run_diff
+        parser = argparse.ArgumentParser(prog=f"phantora-ns3 {name}",
+                                         description=SUBCOMMANDS[name][1])
+        add_arguments(parser)
+        args = parser.parse_args(argv)
+        if len(args.paths) < 2:
+            parser.error("give one or more REAL_TRACE files, then RUN_DIR")
+        try:
+            return run_diff(args, console)
+        except PhantoraError as error:
+            return report_error(error, console)
     raise ValueError(f"unknown subcommand {name!r}")

@@ -1,0 +1,66 @@
+"""The comparison on the console: steps, GPU time by family, collectives and the largest
+divergences, real beside simulated (the means over every compared step; ``diff.json`` holds
+each step)."""
+
+from rich.table import Table
+
+from phantora.diff.compare import Diff, collective_rows, divergences, family_rows
+from phantora.units import format_bytes
+
+STEP_ROWS = 16
+"""Compared (rank, step) rows listed before the mean."""
+
+
+def _ms(ns: float | None) -> str:
+    return "-" if ns is None else f"{ns / 1e6:.3f}"
+
+
+def _table(title: str, *columns: str) -> Table:
+    table = Table(title=title)
+    for index, name in enumerate(columns):
+        table.add_column(name, justify="left" if index == 0 else "right")
+    return table
+
+
+def _steps(steps: list[int]) -> str:
+    return str(steps[0]) if len(steps) == 1 else f"mean {steps[0]}-{steps[-1]}"
+
+
+def diff_tables(diff: Diff, title: str) -> list[Table]:
+    """Every table of ``diff``, in print order."""
+    real, sim = diff.mean()
+    steps = _table(f"{title}: step (ms), real vs simulated", "rank", "training step",
+                   "sim step", "real", "sim", "error", "GPU idle real/sim",
+                   "exposed comm real/sim")
+    rows = [(f"{c.rank}" + (f" (as {c.sim_rank})" if c.sim_rank != c.rank else ""),
+             str(c.real_step + 1), _steps(c.sim_steps), c.real, c.sim)
+            for c in diff.steps[:STEP_ROWS]]
+    if len(diff.steps) > 1:
+        rows.append(("mean", "", f"of {len(diff.steps)}", real, sim))
+    for rank, step, against, r, s in rows:
+        steps.add_row(rank, step, against, _ms(r.step_ns), _ms(s.step_ns),
+                      f"{100 * (s.step_ns - r.step_ns) / r.step_ns:+.1f}%",
+                      f"{_ms(r.gpu_idle_ns)} / {_ms(s.gpu_idle_ns)}",
+                      f"{_ms(r.exposed_communication_ns)} / {_ms(s.exposed_communication_ns)}")
+    families = _table("GPU time launched per step by family (ms)", "family", "real", "sim",
+                      "sim - real")
+    for row in family_rows(real, sim):
+        families.add_row(row["family"], _ms(row["real_ns"]), _ms(row["sim_ns"]),
+                         f"{(row['sim_ns'] - row['real_ns']) / 1e6:+.3f}")
+    collectives = _table("collectives per step", "op", "bytes", "count real/sim",
+                         "mean us real/sim", "total ms real/sim")
+    for row in collective_rows(real, sim):
+        collectives.add_row(
+            row["op"], "?" if row["bytes"] is None else format_bytes(row["bytes"]),
+            f"{row['real_count']:g} / {row['sim_count']:g}",
+            " / ".join("-" if ns is None else f"{ns / 1e3:.1f}"
+                       for ns in (row["real_mean_ns"], row["sim_mean_ns"])),
+            f"{_ms(row['real_total_ns'])} / {_ms(row['sim_total_ns'])}")
+    largest = _table("largest divergences per step (share: of the step's error, sim - real)",
+                     "bucket", "family", "real ms", "sim ms", "sim - real", "share")
+    for row in divergences(real, sim):
+        share = row["share_of_error"]
+        largest.add_row(row["bucket"], row["family"], _ms(row["real_ns"]), _ms(row["sim_ns"]),
+                        f"{row['divergence_ns'] / 1e6:+.3f}",
+                        "-" if share is None else f"{share:+.0%}")
+    return [steps, families, collectives, largest]

@@ -1,0 +1,85 @@
+"""What a comparison sees of one GPU activity, real or simulated: its family, the bucket it is
+compared in, when it ran and when the host launched it.
+
+Buckets are the finest unit both sides can name alike: a matrix product by its aten op and
+FLOPs (the simulator records FLOPs, a trace the shapes they come from), any other kernel by its
+aten op, a collective by its op and size. A real kernel is named by the innermost of its
+enclosing aten ops that the simulated run also names (a trace's ``aten::_flash_attention_
+forward`` is the simulator's ``aten::_scaled_dot_product_flash_attention``).
+"""
+
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from phantora.compute.ops import base_name
+from phantora.profiles.families import kernel_family
+from phantora.profiles.kineto import KernelEvent, OpCall, RankTrace
+from phantora.units import format_bytes
+
+GemmKey = tuple[str, int]
+"""``(aten op, FLOPs)`` of a matrix product: what identifies its shape on both sides."""
+CollectiveKey = tuple[str, int | None]
+"""``(op, bytes)`` of a collective, bytes in the nccl-tests convention."""
+
+
+@dataclass(frozen=True)
+class Activity:
+    family: str
+    bucket: str
+    start_ns: int
+    end_ns: int
+    launch_ns: int
+    """When the host launched it: which step it belongs to."""
+    collective: CollectiveKey | None = None
+    gemm: GemmKey | None = None
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+def matmul_flops(call: OpCall) -> int | None:
+    """FLOPs of ``mm``, ``addmm``, ``bmm``, ``baddbmm`` from their recorded input dims (as
+    ``torch.utils.flop_counter`` counts them, the simulator's source: 2 per multiply-add, the
+    bias not counted); None for other ops or dims not recorded."""
+    name = base_name(call.name)
+    operands = {"mm": call.input_dims[:2], "bmm": call.input_dims[:2],
+                "addmm": call.input_dims[1:3], "baddbmm": call.input_dims[1:3]}.get(name)
+    if operands is None or len(operands) != 2:
+        return None
+    left, right = operands
+    if len(left) == 2 and len(right) == 2 and left[1] == right[0]:
+        return 2 * left[0] * left[1] * right[1]
+    if len(left) == 3 and len(right) == 3 and left[2] == right[1]:
+        return 2 * left[0] * left[1] * left[2] * right[2]
+    return None
+
+
+def gemm_bucket(key: GemmKey) -> str:
+    return f"{key[0]} {key[1] / 1e9:.4g} GFLOP"
+
+
+def collective_bucket(key: CollectiveKey) -> str:
+    return f"{key[0]} {'?' if key[1] is None else format_bytes(key[1])}"
+
+
+def real_activities(trace: RankTrace, known_ops: Collection[str]) -> list[Activity]:
+    """Every GPU activity of a real trace, named as the simulated run's ops ``known_ops``
+    name it where it can be."""
+    return [_real(kernel, known_ops) for kernel in trace.kernels]
+
+
+def _real(kernel: KernelEvent, known_ops: Collection[str]) -> Activity:
+    launch = kernel.start_ns if kernel.launch_ns is None else kernel.launch_ns
+    end = kernel.start_ns + kernel.duration_ns
+    if kernel.collective is not None:
+        key = (kernel.collective.op, kernel.collective.bytes)
+        return Activity("communication", collective_bucket(key), kernel.start_ns, end, launch,
+                        collective=key)
+    innermost = kernel.op.name if kernel.op else None
+    op = next((name for name in kernel.enclosing_ops if name in known_ops), innermost)
+    family = kernel_family(op, kernel.name)
+    flops = matmul_flops(kernel.op) if kernel.op and op == innermost else None
+    gemm = (op, flops) if op and flops else None
+    bucket = gemm_bucket(gemm) if gemm else op or kernel.name.split("(", 1)[0].split("<", 1)[0][:60]
+    return Activity(family, bucket, kernel.start_ns, end, launch, gemm=gemm)
