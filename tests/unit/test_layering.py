@@ -1,7 +1,7 @@
 """The package layering rules of the README's "Layout" section hold (import-linter reads them
 from ``pyproject.toml``): packages import one way, each only the layers below it (cli, study,
-record, report, engine, scenario, launch, collectives, network, compute, cluster, calibration;
-then units, errors, cpu_affinity, wire); the calibration values import nothing heavy; the
+diff, record, report, engine, scenario, launch, collectives, network, profiles, compute,
+cluster, calibration; then units, errors, cpu_affinity, wire); the calibration values import nothing heavy; the
 network backends import no PyTorch; the coordinator never imports the live-rank side
 (``intercept``), which imports no ns-3 and of ``phantora`` only the shared models; ``launch``
 imports nothing heavy and no more of ``phantora``; the rank<->engine wire no PyTorch, no ns-3
