@@ -207,6 +207,7 @@ class RankRuntime:
     def collective(self, *, group: str, ranks: tuple[int, ...], op: IssuedOp, nbytes: int,
                    dtype_bytes: int, stream: int, root: int = 0,
                    splits: tuple[int, ...] | None = None,
+                   recv_splits: tuple[int, ...] | None = None,
                    values: ValuePayload | None = None) -> int:
         """Issue a collective on the group's stream (which first waits for `stream`, the
         caller's current stream); returns an event id that completes with it.
@@ -229,7 +230,8 @@ class RankRuntime:
             add(EventRecord, event=ready, stream=stream)
             add(StreamWait, stream=comm_stream, event=ready)
             add(Collective, stream=comm_stream, group=group, ranks=ranks, seq=seq, op=op,
-                nbytes=nbytes, dtype_bytes=dtype_bytes, root=root, splits=splits, values=values)
+                nbytes=nbytes, dtype_bytes=dtype_bytes, root=root, splits=splits,
+                recv_splits=recv_splits, values=values)
             add(EventRecord, event=done, stream=comm_stream)
             # Out at once: the other ranks' matching of this collective must not wait on us.
             self._client.flush()

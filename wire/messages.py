@@ -95,7 +95,8 @@ class Collective:
     For ``send``/``recv``, ``ranks`` is ``(src, dst)`` in global ranks and ``seq`` counts the
     messages between that ordered pair. ``nbytes`` follows nccl-tests (all_gather: gathered
     output; reduce_scatter: full input). ``splits`` is this rank's row of an all_to_allv (bytes
-    to each group rank).
+    to each group rank), ``recv_splits`` its column (bytes from each group rank): the members'
+    rows and columns must agree, as the per-rank totals of an all_to_allv need not.
     """
 
     stream: int
@@ -110,6 +111,8 @@ class Collective:
     splits: tuple[int, ...] | None = None
     values: ValuePayload | None = None
     """Present when the collective moves valued tensors."""
+    recv_splits: tuple[int, ...] | None = None
+    """``None``: not known (a recording's, a mirror's); the row is then not checked against it."""
 
 
 Op = Kernel | EventRecord | StreamWait | Collective

@@ -198,13 +198,15 @@ class PhantomProcessGroup(dist.ProcessGroup):
     # -- the one place a collective is issued ------------------------------------------------
     def issue(self, op: IssuedOp, nbytes: int, dtype_bytes: int, outputs: list[torch.Tensor], *,
               inputs: Sequence[torch.Tensor] = (), root: int = 0,
-              splits: tuple[int, ...] | None = None, peer: int | None = None,
+              splits: tuple[int, ...] | None = None,
+              recv_splits: tuple[int, ...] | None = None, peer: int | None = None,
               host_sync: bool = False, reduce_op: str = "sum",
               element_splits: tuple[int, ...] | None = None) -> PhantomWork:
         """Issue ``op`` on this group from the caller's current stream; ``peer`` is the group
         rank at the other end of a send or recv. ``inputs`` are the tensors whose values the
         collective moves into ``outputs`` (``element_splits``: elements of the inputs to each
-        group rank, where uneven)."""
+        group rank, where uneven). ``splits``/``recv_splits``: an all_to_allv's bytes to and
+        from each group rank."""
         runtime = _runtime()
         with runtime.excluded():
             if peer is None:
@@ -218,19 +220,20 @@ class PhantomProcessGroup(dist.ProcessGroup):
             event = runtime.collective(group=self._group_name, ranks=ranks, op=op,
                                        nbytes=nbytes, dtype_bytes=dtype_bytes,
                                        stream=_current_stream_id(), root=root, splits=splits,
-                                       values=values)
+                                       recv_splits=recv_splits, values=values)
             return PhantomWork(runtime, event, outputs, host_sync=host_sync)
 
-    def _all_to_all(self, send_elements: Sequence[int], element_bytes: int,
-                    inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> PhantomWork:
-        """All-to-all with ``send_elements[j]`` to group rank ``j``: uneven rows are an
-        all_to_allv."""
-        send_bytes = [n * element_bytes for n in send_elements]
-        if len(set(send_bytes)) <= 1:
-            return self.issue(IssuedOp.ALL_TO_ALL, sum(send_bytes), element_bytes, outputs,
-                              inputs=inputs)
-        return self.issue(IssuedOp.ALL_TO_ALLV, sum(send_bytes), element_bytes, outputs,
-                          inputs=inputs, splits=tuple(send_bytes),
+    def _all_to_allv(self, send_elements: Sequence[int], recv_elements: Sequence[int],
+                     element_bytes: int, inputs: list[torch.Tensor],
+                     outputs: list[torch.Tensor]) -> PhantomWork:
+        """An all-to-all with ``send_elements[j]`` to and ``recv_elements[j]`` from group rank
+        ``j``. Always an all_to_allv, even where this rank's row is even: whether the whole
+        split matrix is even only the coordinator can tell (a rank may send even rows and
+        receive uneven ones, or send other totals than another rank)."""
+        return self.issue(IssuedOp.ALL_TO_ALLV, sum(send_elements) * element_bytes,
+                          element_bytes, outputs, inputs=inputs,
+                          splits=tuple(n * element_bytes for n in send_elements),
+                          recv_splits=tuple(n * element_bytes for n in recv_elements),
                           element_splits=tuple(send_elements))
 
     # -- collectives ---------------------------------------------------------------------------
@@ -285,37 +288,44 @@ class PhantomProcessGroup(dist.ProcessGroup):
     def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor,
                           output_splits: list[int], input_splits: list[int],
                           opts: object = None) -> PhantomWork:
-        if not input_splits:
+        """Without split sizes an even all_to_all; with them (either side) an all_to_allv of
+        ``split * row`` elements, dim 0 of the side without them divided evenly."""
+        if not input_splits and not output_splits:
             return self.issue(IssuedOp.ALL_TO_ALL, _nbytes([input]), input.element_size(), [output],
                               inputs=[input])
-        row = input.numel() // max(input.shape[0], 1)
-        return self._all_to_all([s * row for s in input_splits], input.element_size(), [input],
-                                [output])
+        return self._all_to_allv(self._dim0_elements(input, input_splits),
+                                 self._dim0_elements(output, output_splits),
+                                 input.element_size(), [input], [output])
+
+    def _dim0_elements(self, tensor: torch.Tensor, splits: Sequence[int]) -> list[int]:
+        """Elements of ``tensor`` for each group rank: ``splits`` rows of dim 0 (none given:
+        dim 0 split evenly, as c10d does)."""
+        row = tensor.numel() // max(tensor.shape[0], 1)
+        rows = list(splits) or [tensor.shape[0] // self._group_size] * self._group_size
+        return [int(s) * row for s in rows]
 
     def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
                  opts: object = None) -> PhantomWork:
-        return self._all_to_all([t.numel() for t in inputs], inputs[0].element_size(), inputs,
-                                outputs)
+        return self._all_to_allv([t.numel() for t in inputs], [t.numel() for t in outputs],
+                                 inputs[0].element_size(), inputs, outputs)
 
     def gather(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor],
                opts: Any = None) -> PhantomWork:
         # NCCL gathers by grouped send/recv to the root: an all_to_allv with one column.
         elements = [0] * self._group_size
         elements[opts.rootRank] = sum(t.numel() for t in inputs)
-        size = inputs[0].element_size()
-        return self.issue(IssuedOp.ALL_TO_ALLV, sum(elements) * size, size, _flat(output_lists),
-                          inputs=inputs, splits=tuple(n * size for n in elements),
-                          element_splits=tuple(elements))
+        received = [t.numel() for t in _flat(output_lists)] or [0] * self._group_size
+        return self._all_to_allv(elements, received, inputs[0].element_size(), inputs,
+                                 _flat(output_lists))
 
     def scatter(self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]],
                 opts: Any = None) -> PhantomWork:
         # NCCL scatters by grouped send/recv from the root: an all_to_allv with one row.
         inputs = _flat(input_lists)
         elements = [t.numel() for t in inputs] or [0] * self._group_size
-        size = outputs[0].element_size()
-        return self.issue(IssuedOp.ALL_TO_ALLV, sum(elements) * size, size, outputs, inputs=inputs,
-                          splits=tuple(n * size for n in elements),
-                          element_splits=tuple(elements))
+        received = [0] * self._group_size
+        received[opts.rootRank] = sum(t.numel() for t in outputs)
+        return self._all_to_allv(elements, received, outputs[0].element_size(), inputs, outputs)
 
     def barrier(self, opts: object = None) -> PhantomWork:
         return self.issue(IssuedOp.ALL_REDUCE, BARRIER_NBYTES, BARRIER_NBYTES, [], host_sync=True)

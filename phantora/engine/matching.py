@@ -4,11 +4,15 @@ Every member of a group issues the collective with the same ``(group, seq)`` (``
 the group's collectives on each rank); a ``send``/``recv`` pair is matched by
 ``(group, src, dst, seq)``. The members must agree on what they run (op, group ranks, size,
 dtype, root): NCCL would hang or corrupt data otherwise, so a disagreement is reported at
-once, naming the ranks, op, group and seq. When every member's stream has reached the
-collective, the engine plans and starts it. Once every member has issued a collective that
-moves real values and every member's inputs are final (a member whose inputs awaited an earlier
-collective sends them later: :meth:`Matcher.update_values`), each member's output values are
-computed (``collective_values``) and handed to ``on_values``.
+once, naming the ranks, op, group and seq. An all-to-all's members need not agree on a size:
+each brings its row and column of the split matrix (an all_to_allv's per-rank totals differ,
+and a rank whose own row is even cannot tell whether the matrix is), and once all have issued
+it, rank ``i``'s bytes to ``j`` must be what ``j`` receives from ``i``; the model runs it as
+an all_to_all where every entry of the matrix is the same, else as an all_to_allv. When every
+member's stream has reached the collective, the engine plans and starts it. Once every member
+has issued a collective that moves real values and every member's inputs are final (a member
+whose inputs awaited an earlier collective sends them later: :meth:`Matcher.update_values`),
+each member's output values are computed (``collective_values``) and handed to ``on_values``.
 
 Ops are :class:`~wire.ops.IssuedOp`: the collective model's own, and the two sides of p2p
 (producers translate every other name before it reaches the wire).
@@ -32,6 +36,10 @@ from wire.ops import P2P_OPS, IssuedOp
 _MODEL_OPS = {op: CollectiveOp(op.value) for op in IssuedOp if op not in P2P_OPS}
 """The collective model's op for each issued collective (the same name)."""
 _ROOTED_OPS = frozenset({IssuedOp.BROADCAST, IssuedOp.REDUCE})
+_ALL_TO_ALLS = frozenset({IssuedOp.ALL_TO_ALL, IssuedOp.ALL_TO_ALLV})
+"""One collective to NCCL (grouped sends and receives): members may issue either."""
+_SHOWN_MISMATCHES = 3
+"""Disagreeing (sender, receiver) pairs an all-to-all mismatch names (of a 1024-rank group)."""
 
 ValuesHandler = Callable[[int, int, "np.ndarray | None"], None]
 """``on_values(rank, value_id, flat values or None)``."""
@@ -97,6 +105,9 @@ class PendingCollective:
     ready_members: int = 0
     """How many members' streams have reached it (a count: 1024 members each asking "are all
     ready?" would cost a million checks)."""
+    rows: tuple[tuple[int, ...], ...] | None = None
+    """An all-to-all's split matrix (bytes from group rank ``i`` to ``j``), once every member
+    has issued it and the rows and columns agree (:meth:`Matcher.issue`)."""
 
     def __post_init__(self) -> None:
         self.expected_set = frozenset(self.expected)
@@ -115,13 +126,23 @@ class PendingCollective:
 
     @property
     def op_name(self) -> str:
-        return CollectiveOp.SEND_RECV.value if self.p2p else self.first.op
+        if self.p2p:
+            return CollectiveOp.SEND_RECV.value
+        return self.first.op if self.rows is None else self._all_to_all_op().value
 
     @property
     def nbytes(self) -> int:
-        if self.first.op == IssuedOp.ALL_TO_ALLV:
-            return max((sum(m.op.splits or ()) for m in self.members.values()), default=0)
+        """nccl-tests' size; an all-to-all's is its largest row (the totals may differ)."""
+        if self.first.op in _ALL_TO_ALLS:
+            return max((sum(_row(m.op)) for m in self.members.values()), default=0)
         return self.first.nbytes
+
+    def _all_to_all_op(self) -> CollectiveOp:
+        """all_to_all where every entry of the split matrix is the same, else all_to_allv."""
+        assert self.rows is not None
+        first = self.rows[0][0]
+        even = all(size == first for row in self.rows for size in row)
+        return CollectiveOp.ALL_TO_ALL if even else CollectiveOp.ALL_TO_ALLV
 
     @property
     def ranks(self) -> tuple[int, ...]:
@@ -163,11 +184,13 @@ class PendingCollective:
                     return None
                 return CollectiveRequest.make(CollectiveOp.SEND_RECV, gpus, first.nbytes,
                                               first.dtype_bytes)
-            op = _MODEL_OPS[first.op]
-            if op is CollectiveOp.ALL_TO_ALLV:
-                rows = [self.members[(rank, "")].op.splits or () for rank in first.ranks]
-                return CollectiveRequest.make(op, gpus, 0, first.dtype_bytes, splits=rows)
-            return CollectiveRequest.make(op, gpus, first.nbytes, first.dtype_bytes, first.root)
+            if self.rows is not None:
+                op = self._all_to_all_op()
+                if op is CollectiveOp.ALL_TO_ALL:
+                    return CollectiveRequest.make(op, gpus, sum(self.rows[0]), first.dtype_bytes)
+                return CollectiveRequest.make(op, gpus, 0, first.dtype_bytes, splits=self.rows)
+            return CollectiveRequest.make(_MODEL_OPS[first.op], gpus, first.nbytes,
+                                          first.dtype_bytes, first.root)
         except ValueError as error:
             raise SimulationError(f"{self.describe()}: {error}") from None
 
@@ -220,6 +243,8 @@ class Matcher:
         if op.values is not None and op.values.pending:
             self._awaiting_values[(rank, op.values.value_id)] = (pending, member)
         if len(pending.members) == len(pending.expected):
+            if op.op in _ALL_TO_ALLS:
+                pending.rows = _split_matrix(pending)
             self._hand_values(pending)
         return member
 
@@ -293,22 +318,75 @@ def _members(rank: int, op: Collective) -> tuple[tuple[int, str], ...]:
 
 
 def _check_splits(rank: int, op: Collective) -> None:
-    """An all_to_allv row has one byte count per group rank."""
-    if op.op == IssuedOp.ALL_TO_ALLV and (op.splits is None or len(op.splits) != len(op.ranks)):
-        raise SimulationError(f"rank {rank} issued all_to_allv in group {op.group!r} seq "
-                              f"{op.seq} with splits {op.splits}; expected one byte count per "
-                              f"group rank ({len(op.ranks)})")
+    """An all_to_allv row (and column, where given) has one byte count per group rank."""
+    if op.op != IssuedOp.ALL_TO_ALLV:
+        return
+    n = len(op.ranks)
+    if op.splits is None or len(op.splits) != n:
+        name, splits = "splits", op.splits
+    elif op.recv_splits is not None and len(op.recv_splits) != n:
+        name, splits = "recv_splits", op.recv_splits
+    else:
+        return
+    raise SimulationError(f"rank {rank} issued all_to_allv in group {op.group!r} seq {op.seq} "
+                          f"with {name} {splits}; expected one byte count per group rank ({n})")
+
+
+def _row(op: Collective) -> tuple[int, ...]:
+    """A member's bytes to each group rank (an even all_to_all's: its total split evenly, as
+    NCCL's grouped sends split it)."""
+    if op.op == IssuedOp.ALL_TO_ALL:
+        n = len(op.ranks)
+        return ((op.nbytes // op.dtype_bytes // n) * op.dtype_bytes,) * n
+    return op.splits or ()
+
+
+def _column(op: Collective) -> tuple[int, ...] | None:
+    """A member's bytes from each group rank (``None``: not known, not checked); an even
+    all_to_all receives what it sends."""
+    return _row(op) if op.op == IssuedOp.ALL_TO_ALL else op.recv_splits
+
+
+def _split_matrix(pending: PendingCollective) -> tuple[tuple[int, ...], ...]:
+    """The all-to-all's split matrix from its members' rows, checked against their columns:
+    rank ``i``'s bytes to ``j`` must be what ``j`` receives from ``i`` (NCCL's sends and
+    receives of a pair would wait on each other, or a receive would be truncated, otherwise).
+    A member without a column (a mirror's row is its representative's, a recording has none)
+    is not checked."""
+    ranks = pending.first.ranks
+    ops = [pending.members[(rank, "")].op for rank in ranks]
+    rows = tuple(_row(op) for op in ops)
+    columns = [_column(op) for op in ops]
+    wrong = [(i, j, row[j], column[i]) for j, column in enumerate(columns) if column is not None
+             for i, row in enumerate(rows) if columns[i] is not None and row[j] != column[i]]
+    if not wrong:
+        return rows
+    shown = wrong[:_SHOWN_MISMATCHES]
+    pairs = "; ".join(f"rank {ranks[i]} sends {sent} bytes to rank {ranks[j]}, which expects "
+                      f"{expected} bytes from it" for i, j, sent, expected in shown)
+    more = f" (and {len(wrong) - len(shown)} more pairs)" if len(wrong) > len(shown) else ""
+    involved = sorted({k for i, j, _, _ in shown for k in (i, j)})
+    splits = "; ".join(f"rank {ranks[k]} sends {list(rows[k])}, receives {list(columns[k] or ())}"
+                       for k in involved)
+    raise DeadlockError(
+        f"all-to-all mismatch in group {pending.group!r} seq {pending.seq}: {pairs}{more}. "
+        f"Bytes to / from each group rank: {splits}. NCCL would hang here: in an all_to_allv "
+        "each rank must receive from every member exactly what that member sends to it (the "
+        "members' totals may differ)")
 
 
 def _signature(op: Collective) -> str:
-    size = "" if op.op == IssuedOp.ALL_TO_ALLV else f"{op.nbytes} bytes, "
+    size = "" if op.op in _ALL_TO_ALLS else f"{op.nbytes} bytes, "
     root = f", root {op.root}" if op.op in _ROOTED_OPS else ""
     return f"{op.op} ({size}dtype {op.dtype_bytes} bytes, ranks {list(op.ranks)}{root})"
 
 
 def _agreement(op: Collective) -> tuple[object, ...]:
-    """What :func:`_signature` shows, as a tuple (compared without formatting 1024 ranks)."""
-    return (op.op, None if op.op == IssuedOp.ALL_TO_ALLV else op.nbytes, op.dtype_bytes,
+    """What the members must agree on, as a tuple (compared without formatting 1024 ranks);
+    an all-to-all's sizes are checked once all have issued it (:func:`_split_matrix`), and
+    whether a member issued it as even or uneven is its own view of its row."""
+    kind = IssuedOp.ALL_TO_ALLV if op.op in _ALL_TO_ALLS else op.op
+    return (kind, None if op.op in _ALL_TO_ALLS else op.nbytes, op.dtype_bytes,
             op.ranks, op.root if op.op in _ROOTED_OPS else None)
 
 

@@ -58,12 +58,15 @@ class Mirror:
             return replace(op, group=f"{op.group}+{self.shift}", ranks=moved,
                            values=_mirrored_values(op.values, None))
         # The same group (a data-parallel one): the mirror sits elsewhere in it, so a row of
-        # per-destination sizes moves with it.
+        # per-destination sizes moves with it. Its column is left unknown: the live members'
+        # columns are their own data's, which a row borrowed from the representative need not
+        # match (MoE routing), so the matcher checks neither against the other.
         splits = None if op.splits is None else _permuted(op.splits, order)
         values = op.values
         if values is not None and values.pending and values.splits is not None:
             self._pending_orders[values.value_id] = (order, values.splits)
-        return replace(op, splits=splits, values=_mirrored_values(op.values, order))
+        return replace(op, splits=splits, recv_splits=None,
+                       values=_mirrored_values(op.values, order))
 
     def _moved_group(self, ranks: tuple[int, ...], pair: bool
                      ) -> tuple[tuple[int, ...], list[int] | None]:

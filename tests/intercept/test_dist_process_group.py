@@ -84,7 +84,8 @@ def test_sizes_follow_nccl_tests(rank: tuple) -> None:
     dist.gather(torch.ones(5), dst=0)
     dist.scatter(torch.empty(5), None, src=0)
     dist.barrier()
-    assert summary(all_ops(runtime, coordinator)) == [
+    ops = all_ops(runtime, coordinator)
+    assert summary(ops) == [
         ("all_reduce", 12, 2, 0, None),
         ("broadcast", 12, 2, 2, None),
         ("reduce", 12, 2, 3, None),
@@ -94,11 +95,16 @@ def test_sizes_follow_nccl_tests(rank: tuple) -> None:
         ("reduce_scatter", 48, 2, 0, None),
         ("all_to_all", 32, 4, 0, None),       # what each rank sends
         ("all_to_allv", 96, 4, 0, (12, 0, 48, 36)),  # bytes to each group rank (rows of 12 B)
-        ("all_to_all", 32, 4, 0, None),
+        # a list of tensors is an all_to_allv even when this rank's row is even: whether the
+        # whole split matrix is, only the coordinator sees
+        ("all_to_allv", 32, 4, 0, (8, 8, 8, 8)),
         ("all_to_allv", 20, 4, 0, (20, 0, 0, 0)),    # gather: everything to the root
         ("all_to_allv", 0, 4, 0, (0, 0, 0, 0)),      # scatter: a non-root sends nothing
         ("all_reduce", process_group.BARRIER_NBYTES, 4, 0, None),
     ]
+    # and the bytes each all_to_allv receives from each group rank (checked against the rows)
+    assert [c.recv_splits for c in collectives(ops) if c.op == "all_to_allv"] == [
+        (8, 8, 8, 8), (8, 8, 8, 8), (0, 0, 0, 0), (20, 0, 0, 0)]
 
 
 def test_sequence_numbers_count_per_group_and_subgroups_name_their_ranks(rank: tuple) -> None:
@@ -232,7 +238,8 @@ def test_functional_collectives_are_issued_and_wait_tensor_waits(rank: tuple) ->
         _ = shuffled * 2
     ops = all_ops(runtime, coordinator)
     assert summary(ops) == [("all_reduce", 128, 4, 0, None), ("all_gather", 512, 4, 0, None),
-                            ("reduce_scatter", 128, 4, 0, None), ("all_to_all", 128, 4, 0, None)]
+                            ("reduce_scatter", 128, 4, 0, None),
+                            ("all_to_allv", 128, 4, 0, (32, 32, 32, 32))]
     done = [op.event for op in ops if isinstance(op, EventRecord) and op.stream < 0]
     waited = [op.event for op in ops if isinstance(op, StreamWait) and op.stream == 0]
     assert waited == done
