@@ -52,7 +52,8 @@ class StepMetrics:
                 "collectives": [{"op": op, "bytes": nbytes, "count": round(count, 3),
                                  "total_ns": round(total)}
                                 for (op, nbytes), (count, total) in sorted(
-                                    self.collectives.items(), key=_collective_order)]}
+                                    self.collectives.items(),
+                                    key=lambda item: _collective_order(item[0]))]}
 
 
 @dataclass
@@ -77,7 +78,7 @@ def measure_step(activities: Sequence[Activity], start_ns: int, end_ns: int) -> 
     families: dict[str, str] = {}
     collectives: dict[CollectiveKey, tuple[float, float]] = {}
     for a in activities:
-        if not start_ns <= a.launch_ns < end_ns:
+        if a.launch_ns is None or not start_ns <= a.launch_ns < end_ns:
             continue
         busy[a.family] += a.duration_ns
         buckets[a.bucket] += a.duration_ns
@@ -291,8 +292,7 @@ def collective_rows(real: StepMetrics, sim: StepMetrics) -> list[dict[str, Any]]
     return rows
 
 
-def _collective_order(item: Any) -> tuple[str, int]:
-    key = item[0] if isinstance(item[0], tuple) else item
+def _collective_order(key: CollectiveKey) -> tuple[str, int]:
     return key[0], -1 if key[1] is None else key[1]
 
 

@@ -19,7 +19,8 @@ from typing import Any
 
 from phantora.compute.ops import base_name
 from phantora.errors import ProfileError
-from phantora.profiles.activity import (Activity, GemmKey, collective_bucket, gemm_bucket)
+from phantora.profiles.activity import (Activity, GemmKey, collective_bucket, gemm_bucket,
+                                        op_bucket)
 from phantora.profiles.families import kernel_family
 from phantora.record.graph import Recording, load_recording
 
@@ -127,7 +128,7 @@ def _kernels(rank: int, records: list[dict[str, Any]],
             start = _ns(event["ts"])
             gemm = _gemm_key(record)
             yield Activity(kernel_family(record["name"], record["name"]),
-                           gemm_bucket(gemm) if gemm else record["name"], start,
+                           gemm_bucket(gemm) if gemm else op_bucket(record["name"]), start,
                            start + _ns(event["dur"]), record["t_ns"], gemm=gemm)
 
 

@@ -2,8 +2,8 @@
 compared in, when it ran and when the host launched it.
 
 Buckets are the finest unit both sides can name alike: a matrix product by its aten op and
-FLOPs (the simulator records FLOPs, a trace the shapes they come from), any other kernel by its
-aten op, a collective by its op and size. A real kernel is named by the innermost of its
+FLOPs (the simulator records FLOPs, a trace the shapes they come from), attention by direction,
+any other kernel by its aten op, a collective by its op and size. A real kernel is named by the innermost of its
 enclosing aten ops that the simulated run also names (a trace's ``aten::_flash_attention_
 forward`` is the simulator's ``aten::_scaled_dot_product_flash_attention``).
 """
@@ -28,8 +28,9 @@ class Activity:
     bucket: str
     start_ns: int
     end_ns: int
-    launch_ns: int
-    """When the host launched it: which step it belongs to."""
+    launch_ns: int | None
+    """When the host launched it: which step it belongs to. None for a real kernel whose launch
+    the trace lacks: the previous (unprofiled) step's work still running when recording began."""
     collective: CollectiveKey | None = None
     gemm: GemmKey | None = None
 
@@ -55,6 +56,17 @@ def matmul_flops(call: OpCall) -> int | None:
     return None
 
 
+def op_bucket(op: str) -> str:
+    """The bucket of a kernel that is not a matrix product, by its op: in-place and overload
+    variants together (``aten::add_.Tensor`` -> ``aten::add``), and attention by direction
+    only, since which SDPA backend runs (flash, cuDNN, memory-efficient) is the GPU library's
+    choice, not the script's."""
+    if kernel_family(op, op) == "attention":
+        return "attention backward" if "backward" in op else "attention forward"
+    namespace, sep, _ = op.rpartition("::")
+    return f"{namespace}{sep}{base_name(op)}"
+
+
 def gemm_bucket(key: GemmKey) -> str:
     return f"{key[0]} {key[1] / 1e9:.4g} GFLOP"
 
@@ -70,16 +82,16 @@ def real_activities(trace: RankTrace, known_ops: Collection[str]) -> list[Activi
 
 
 def _real(kernel: KernelEvent, known_ops: Collection[str]) -> Activity:
-    launch = kernel.start_ns if kernel.launch_ns is None else kernel.launch_ns
     end = kernel.start_ns + kernel.duration_ns
     if kernel.collective is not None:
         key = (kernel.collective.op, kernel.collective.bytes)
-        return Activity("communication", collective_bucket(key), kernel.start_ns, end, launch,
-                        collective=key)
+        return Activity("communication", collective_bucket(key), kernel.start_ns, end,
+                        kernel.launch_ns, collective=key)
     innermost = kernel.op.name if kernel.op else None
     op = next((name for name in kernel.enclosing_ops if name in known_ops), innermost)
     family = kernel_family(op, kernel.name)
     flops = matmul_flops(kernel.op) if kernel.op and op == innermost else None
     gemm = (op, flops) if op and flops else None
-    bucket = gemm_bucket(gemm) if gemm else op or kernel.name.split("(", 1)[0].split("<", 1)[0][:60]
-    return Activity(family, bucket, kernel.start_ns, end, launch, gemm=gemm)
+    bucket = (gemm_bucket(gemm) if gemm else op_bucket(op) if op
+              else kernel.name.split("(", 1)[0].split("<", 1)[0][:60])
+    return Activity(family, bucket, kernel.start_ns, end, kernel.launch_ns, gemm=gemm)

@@ -12,7 +12,7 @@ from phantora.cli import main
 from phantora.diff.compare import compare, measure_step
 from phantora.diff.simulated import read_run
 from phantora.errors import ProfileError
-from phantora.profiles.activity import Activity
+from phantora.profiles.activity import Activity, op_bucket
 from phantora.profiles.families import kernel_family
 from phantora.profiles.kineto import read_trace
 from tests.unit.kineto_traces import TraceBuilder
@@ -47,12 +47,22 @@ def test_one_classifier_for_both_sides(op: str | None, kernel: str, family: str)
     assert kernel_family(op, kernel) == family
 
 
+def test_buckets_join_variants_of_one_kernel() -> None:
+    """In-place and overload variants are one kernel; attention is compared by direction,
+    whichever SDPA backend the real GPU picked."""
+    assert op_bucket("aten::add_") == op_bucket("aten::add.Tensor") == "aten::add"
+    assert op_bucket("fsdp::chunk_cat") == "fsdp::chunk_cat"
+    assert (op_bucket("aten::_cudnn_attention_forward")
+            == op_bucket("aten::_scaled_dot_product_flash_attention") == "attention forward")
+    assert op_bucket("aten::_cudnn_attention_backward") == "attention backward"
+
+
 def test_a_steps_idle_and_exposed_communication_come_from_its_window() -> None:
-    def activity(start: int, end: int, launch: int, comm: bool = False) -> Activity:
+    def activity(start: int, end: int, launch: int | None, comm: bool = False) -> Activity:
         return Activity("communication" if comm else "gemm", "b", start, end, launch,
                         collective=("all_reduce", 8) if comm else None)
 
-    step = measure_step([activity(-20, 5, -30),  # the previous step's, still running
+    step = measure_step([activity(-20, 5, None),  # the previous step's, launch not traced
                          activity(10, 30, 1), activity(20, 50, 2, comm=True),
                          activity(60, 70, 3), activity(95, 120, 90)], 0, 100)
     # covered: 0-5, 10-50, 60-70, 95-100 = 60; compute alone: 0-5, 10-30, 60-70, 95-100 = 40
