@@ -237,20 +237,36 @@ def _launch_contexts(events: list[dict[str, Any]]) -> dict[int, _Launch]:
     for items in per_thread.values():
         items.sort(key=lambda item: item[:3])
         stack: list[tuple[int, dict[str, Any]]] = []  # (end_ns, event)
+        p2p: list[dict[str, Any]] = []  # sends and recvs issued, not launched yet
+        grouped: dict[int, list[dict[str, Any]]] = {}  # id of a nccl:coalesced range -> its p2p
         for start, kind, negative_end, event in items:
             while stack and stack[-1][0] <= start and not (kind == 1 and stack[-1][0] == start):
                 stack.pop()
-            if kind == 0:
-                stack.append((-negative_end, event))
+            if kind == 1:
+                launch = launches[int(event["args"]["correlation"])] = _context(start, stack,
+                                                                                 grouped)
+                p2p = [args for args in p2p if args is not launch.comms]  # launched alone
                 continue
-            launches[int(event["args"]["correlation"])] = _context(start, stack)
+            stack.append((-negative_end, event))
+            name = (event.get("args") or {}).get("Collective name")
+            if name is not None and collective_op(str(name)) in ("send", "recv"):
+                p2p.append(event["args"])
+            elif event.get("name") == "nccl:coalesced":
+                grouped[id(event)], p2p = p2p, []
     return launches
 
 
-def _context(ts_ns: int, stack: list[tuple[int, dict[str, Any]]]) -> _Launch:
+def _context(ts_ns: int, stack: list[tuple[int, dict[str, Any]]],
+             grouped: dict[int, list[dict[str, Any]]]) -> _Launch:
+    """The launch's context. A send or recv in a coalescing group (``batch_isend_irecv``,
+    Megatron's pipeline) launches in the group's ``nccl:coalesced`` range, after its own
+    ``record_param_comms``: where the group holds one, that one names the kernel."""
     ops = [e for _, e in reversed(stack) if e.get("cat") == "cpu_op" and _is_op(e.get("name", ""))]
     comms = next((e.get("args") for _, e in reversed(stack)
                   if "Collective name" in (e.get("args") or {})), None)
+    if comms is None:
+        group = next((grouped[id(e)] for _, e in reversed(stack) if id(e) in grouped), [])
+        comms = group[0] if len(group) == 1 else None
     innermost = ops[0] if ops else None
     op = None
     if innermost is not None:

@@ -94,6 +94,25 @@ def test_an_uneven_all_to_all_is_an_all_to_allv(tmp_path: Path) -> None:
     assert (lone.collective.op, lone.collective.bytes) == ("send_recv", None)
 
 
+def test_a_coalesced_send_or_recv_is_named_by_its_own_record(tmp_path: Path) -> None:
+    """Pipeline p2p (batch_isend_irecv): each send or recv records its sizes, then the group
+    launches one SendRecv kernel; a group of one names it, a send and a recv together do not."""
+    trace = TraceBuilder(rank=0, world_size=2)
+    send = {"Collective name": "send", "dtype": "BFloat16", "In msg nelems": 1024,
+            "Out msg nelems": 1024, "Group size": 2}
+    trace.host("record_param_comms", 0.0, 5.0, **send)
+    trace.host("nccl:coalesced", 10.0, 10.0, cat="user_annotation")
+    trace.kernel("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", 12.0, 30.0, 5.0)
+    trace.host("record_param_comms", 40.0, 5.0, **send)
+    trace.host("record_param_comms", 46.0, 5.0, **{**send, "Collective name": "recv"})
+    trace.host("nccl:coalesced", 60.0, 10.0, cat="user_annotation")
+    trace.kernel("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", 62.0, 80.0, 5.0)
+    alone, pair = read_trace(trace.write(tmp_path / "p2p.json")).kernels
+    assert alone.collective is not None and pair.collective is not None
+    assert (alone.collective.op, alone.collective.bytes) == ("send", 2048)
+    assert (pair.collective.op, pair.collective.bytes) == ("send_recv", None)
+
+
 def test_what_is_not_a_usable_trace_is_refused_with_how_to_record_one(tmp_path: Path) -> None:
     not_json = tmp_path / "notes.json"
     not_json.write_text("step 1 | loss 3.2")
