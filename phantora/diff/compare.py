@@ -11,7 +11,7 @@ rank count, no profiled steps, or matrix-product shapes the simulated run mostly
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -31,6 +31,24 @@ IDLE_BUCKET = "GPU idle"
 Against = Literal["same", "steady"]
 
 
+@dataclass(frozen=True)
+class CollectiveStats:
+    """Collectives of one (op, bytes) in a step: how many, their time (waiting for the other
+    ranks included) and their transfer time (None where unknown)."""
+
+    count: float
+    total_ns: float
+    transfer_ns: float | None
+
+    def plus(self, activity: Activity) -> "CollectiveStats":
+        transfer = (None if self.transfer_ns is None or activity.transfer_ns is None
+                    else self.transfer_ns + activity.transfer_ns)
+        return CollectiveStats(self.count + 1, self.total_ns + activity.duration_ns, transfer)
+
+
+NO_COLLECTIVES = CollectiveStats(0.0, 0.0, 0.0)
+
+
 @dataclass
 class StepMetrics:
     """One step of one rank (or a mean of several): times in ns."""
@@ -39,8 +57,7 @@ class StepMetrics:
     gpu_idle_ns: float
     exposed_communication_ns: float
     busy_by_family_ns: dict[str, float] = field(default_factory=dict)
-    collectives: dict[CollectiveKey, tuple[float, float]] = field(default_factory=dict)
-    """(op, bytes) -> (count, total ns)."""
+    collectives: dict[CollectiveKey, CollectiveStats] = field(default_factory=dict)
     buckets_ns: dict[str, float] = field(default_factory=dict)
     families_of: dict[str, str] = field(default_factory=dict)
     """Bucket -> its family."""
@@ -49,9 +66,10 @@ class StepMetrics:
         return {"step_ns": round(self.step_ns), "gpu_idle_ns": round(self.gpu_idle_ns),
                 "exposed_communication_ns": round(self.exposed_communication_ns),
                 "busy_by_family_ns": {f: round(ns) for f, ns in self.busy_by_family_ns.items()},
-                "collectives": [{"op": op, "bytes": nbytes, "count": round(count, 3),
-                                 "total_ns": round(total)}
-                                for (op, nbytes), (count, total) in sorted(
+                "collectives": [{"op": op, "bytes": nbytes, "count": round(stats.count, 3),
+                                 "total_ns": round(stats.total_ns),
+                                 "transfer_ns": _round(stats.transfer_ns)}
+                                for (op, nbytes), stats in sorted(
                                     self.collectives.items(),
                                     key=lambda item: _collective_order(item[0]))]}
 
@@ -76,7 +94,7 @@ def measure_step(activities: Sequence[Activity], start_ns: int, end_ns: int) -> 
     busy: dict[str, float] = defaultdict(float)
     buckets: dict[str, float] = defaultdict(float)
     families: dict[str, str] = {}
-    collectives: dict[CollectiveKey, tuple[float, float]] = {}
+    collectives: dict[CollectiveKey, CollectiveStats] = {}
     for a in activities:
         if a.launch_ns is None or not start_ns <= a.launch_ns < end_ns:
             continue
@@ -84,8 +102,7 @@ def measure_step(activities: Sequence[Activity], start_ns: int, end_ns: int) -> 
         buckets[a.bucket] += a.duration_ns
         families[a.bucket] = a.family
         if a.collective is not None:
-            count, total = collectives.get(a.collective, (0.0, 0.0))
-            collectives[a.collective] = (count + 1, total + a.duration_ns)
+            collectives[a.collective] = collectives.get(a.collective, NO_COLLECTIVES).plus(a)
     inside = [(max(a.start_ns, start_ns), min(a.end_ns, end_ns), a.collective is None)
               for a in activities if a.start_ns < end_ns and a.end_ns > start_ns]
     covered = _union_ns((s, e) for s, e, _ in inside)
@@ -117,12 +134,16 @@ def mean_metrics(steps: Sequence[StepMetrics]) -> StepMetrics:
                 sums[key] += value / n
         return dict(sums)
 
-    counts = mean({k: c for k, (c, _) in s.collectives.items()} for s in steps)
-    totals = mean({k: t for k, (_, t) in s.collectives.items()} for s in steps)
+    counts = mean({k: c.count for k, c in s.collectives.items()} for s in steps)
+    totals = mean({k: c.total_ns for k, c in s.collectives.items()} for s in steps)
+    transfers = mean({k: c.transfer_ns or 0.0 for k, c in s.collectives.items()} for s in steps)
+    unknown = {k for s in steps for k, c in s.collectives.items() if c.transfer_ns is None}
     return StepMetrics(
         sum(s.step_ns for s in steps) / n, sum(s.gpu_idle_ns for s in steps) / n,
         sum(s.exposed_communication_ns for s in steps) / n,
-        mean(s.busy_by_family_ns for s in steps), {k: (counts[k], totals[k]) for k in counts},
+        mean(s.busy_by_family_ns for s in steps),
+        {k: CollectiveStats(counts[k], totals[k], None if k in unknown else transfers[k])
+         for k in counts},
         mean(s.buckets_ns for s in steps),
         {b: f for s in steps for b, f in s.families_of.items()})
 
@@ -165,10 +186,10 @@ def compare(traces: Sequence[RankTrace], run: SimulatedRun, against: Against = "
     """Every profiled step of every trace against the simulated run; :class:`ProfileError`
     where the traces are not of this run."""
     ranks = check_traces(traces, run)
+    per_rank = with_transfers([real_activities(trace, run.op_names) for trace in traces])
     comparisons = []
-    for trace, rank in zip(traces, ranks):
+    for trace, rank, real in zip(traces, ranks, per_rank):
         sim_rank = run.live_rank(rank)
-        real = real_activities(trace, run.op_names)
         sim_steps = run.steps.get(sim_rank, [])
         for number, (start, end) in zip(trace.step_numbers, trace.steps):
             chosen, match = _sim_steps(sim_steps, number + 1, against)
@@ -178,6 +199,32 @@ def compare(traces: Sequence[RankTrace], run: SimulatedRun, against: Against = "
                 rank, sim_rank, number, [step for step, _, _ in chosen], match,
                 measure_step(real, start, end), sim))
     return Diff(traces, ranks, run, against, comparisons)
+
+
+def with_transfers(per_rank: Sequence[list[Activity]]) -> list[list[Activity]]:
+    """Each real collective with its transfer time: the shortest duration of its instance over
+    the traced ranks (the k-th collective of that op and size on each rank, launched in the
+    trace). The last rank to arrive waits for none, so with every rank traced that is the
+    transfer; with fewer, it still holds some waiting; with one trace it is unknown."""
+    if len(per_rank) < 2:
+        return list(per_rank)
+    instances: list[list[tuple[CollectiveKey, int]]] = []
+    shortest: dict[tuple[CollectiveKey, int], int] = {}
+    for activities in per_rank:
+        seen: dict[CollectiveKey, int] = defaultdict(int)
+        keys = []
+        for a in activities:
+            if a.collective is None or a.launch_ns is None:
+                keys.append(None)
+                continue
+            key = (a.collective, seen[a.collective])
+            seen[a.collective] += 1
+            shortest[key] = min(shortest.get(key, a.duration_ns), a.duration_ns)
+            keys.append(key)
+        instances.append(keys)
+    return [[a if key is None else replace(a, transfer_ns=shortest[key])
+             for a, key in zip(activities, keys)]
+            for activities, keys in zip(per_rank, instances)]
 
 
 def _sim_steps(steps: list[tuple[int, int, int]], wanted: int,
@@ -282,14 +329,21 @@ def collective_rows(real: StepMetrics, sim: StepMetrics) -> list[dict[str, Any]]
     """Per (op, bytes): count and time per step, real and simulated."""
     rows = []
     for key in sorted(set(real.collectives) | set(sim.collectives), key=_collective_order):
-        (real_count, real_total), (sim_count, sim_total) = (
-            m.collectives.get(key, (0.0, 0.0)) for m in (real, sim))
-        rows.append({"op": key[0], "bytes": key[1],
-                     "real_count": round(real_count, 3), "sim_count": round(sim_count, 3),
-                     "real_total_ns": round(real_total), "sim_total_ns": round(sim_total),
-                     "real_mean_ns": round(real_total / real_count) if real_count else None,
-                     "sim_mean_ns": round(sim_total / sim_count) if sim_count else None})
+        row: dict[str, Any] = {"op": key[0], "bytes": key[1]}
+        for side, metrics in (("real", real), ("sim", sim)):
+            stats = metrics.collectives.get(key, NO_COLLECTIVES)
+            row |= {f"{side}_count": round(stats.count, 3),
+                    f"{side}_total_ns": round(stats.total_ns),
+                    f"{side}_mean_ns": _round(stats.total_ns / stats.count) if stats.count else None,
+                    f"{side}_mean_transfer_ns": (_round(stats.transfer_ns / stats.count)
+                                                 if stats.count and stats.transfer_ns is not None
+                                                 else None)}
+        rows.append(row)
     return rows
+
+
+def _round(ns: float | None) -> int | None:
+    return None if ns is None else round(ns)
 
 
 def _collective_order(key: CollectiveKey) -> tuple[str, int]:

@@ -144,5 +144,7 @@ def _collectives(rank: int, records: list[dict[str, Any]],
             continue  # issued but never completed (a run stopped by an error)
         start = _ns(event["ts"])
         key = (record["kind"], int(record["bytes"]))
-        yield Activity("communication", collective_bucket(key), start,
-                       start + _ns(event["dur"]), record["t_ns"], collective=key)
+        end = start + _ns(event["dur"])
+        transfer = (event.get("args") or {}).get("transfer_start_ns")
+        yield Activity("communication", collective_bucket(key), start, end, record["t_ns"],
+                       collective=key, transfer_ns=None if transfer is None else end - transfer)

@@ -15,6 +15,10 @@ def _ms(ns: float | None) -> str:
     return "-" if ns is None else f"{ns / 1e6:.3f}"
 
 
+def _pair_us(real: float | None, sim: float | None) -> str:
+    return " / ".join("-" if ns is None else f"{ns / 1e3:.1f}" for ns in (real, sim))
+
+
 def _table(title: str, *columns: str) -> Table:
     table = Table(title=title)
     for index, name in enumerate(columns):
@@ -47,14 +51,15 @@ def diff_tables(diff: Diff, title: str) -> list[Table]:
     for row in family_rows(real, sim):
         families.add_row(row["family"], _ms(row["real_ns"]), _ms(row["sim_ns"]),
                          f"{(row['sim_ns'] - row['real_ns']) / 1e6:+.3f}")
-    collectives = _table("collectives per step", "op", "bytes", "count real/sim",
-                         "mean us real/sim", "total ms real/sim")
+    collectives = _table("collectives per step (time: waiting for the other ranks included; "
+                         "transfer: without)", "op", "bytes", "count real/sim",
+                         "mean us real/sim", "transfer us real/sim", "total ms real/sim")
     for row in collective_rows(real, sim):
         collectives.add_row(
             row["op"], "?" if row["bytes"] is None else format_bytes(row["bytes"]),
             f"{row['real_count']:g} / {row['sim_count']:g}",
-            " / ".join("-" if ns is None else f"{ns / 1e3:.1f}"
-                       for ns in (row["real_mean_ns"], row["sim_mean_ns"])),
+            _pair_us(row["real_mean_ns"], row["sim_mean_ns"]),
+            _pair_us(row["real_mean_transfer_ns"], row["sim_mean_transfer_ns"]),
             f"{_ms(row['real_total_ns'])} / {_ms(row['sim_total_ns'])}")
     largest = _table("largest divergences per step (share: of the step's error, sim - real)",
                      "bucket", "family", "real ms", "sim ms", "sim - real", "share")

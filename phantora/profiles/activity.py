@@ -3,9 +3,11 @@ compared in, when it ran and when the host launched it.
 
 Buckets are the finest unit both sides can name alike: a matrix product by its aten op and
 FLOPs (the simulator records FLOPs, a trace the shapes they come from), attention by direction,
-any other kernel by its aten op, a collective by its op and size. A real kernel is named by the innermost of its
-enclosing aten ops that the simulated run also names (a trace's ``aten::_flash_attention_
-forward`` is the simulator's ``aten::_scaled_dot_product_flash_attention``).
+any other kernel by its aten op, a collective by its op and size. A real kernel is named by
+the outermost of its enclosing aten ops that the simulated run also names: the simulator sees
+an op where PyTorch dispatches it (``aten::_to_copy``), a trace also the ops inside it (the
+``aten::copy_`` that launched the kernel); ops that decompose before dispatch
+(``aten::linear``) it never names.
 """
 
 from collections.abc import Collection
@@ -33,6 +35,8 @@ class Activity:
     the trace lacks: the previous (unprofiled) step's work still running when recording began."""
     collective: CollectiveKey | None = None
     gemm: GemmKey | None = None
+    transfer_ns: int | None = None
+    """A collective's time moving data, without waiting for the other ranks; None if unknown."""
 
     @property
     def duration_ns(self) -> int:
@@ -88,7 +92,7 @@ def _real(kernel: KernelEvent, known_ops: Collection[str]) -> Activity:
         return Activity("communication", collective_bucket(key), kernel.start_ns, end,
                         kernel.launch_ns, collective=key)
     innermost = kernel.op.name if kernel.op else None
-    op = next((name for name in kernel.enclosing_ops if name in known_ops), innermost)
+    op = next((name for name in reversed(kernel.enclosing_ops) if name in known_ops), innermost)
     family = kernel_family(op, kernel.name)
     flops = matmul_flops(kernel.op) if kernel.op and op == innermost else None
     gemm = (op, flops) if op and flops else None

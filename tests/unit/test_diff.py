@@ -12,7 +12,8 @@ from phantora.cli import main
 from phantora.diff.compare import compare, measure_step
 from phantora.diff.simulated import read_run
 from phantora.errors import ProfileError
-from phantora.profiles.activity import Activity, op_bucket
+from phantora.diff.compare import CollectiveStats, with_transfers
+from phantora.profiles.activity import Activity, op_bucket, real_activities
 from phantora.profiles.families import kernel_family
 from phantora.profiles.kineto import read_trace
 from tests.unit.kineto_traces import TraceBuilder
@@ -68,12 +69,39 @@ def test_a_steps_idle_and_exposed_communication_come_from_its_window() -> None:
     # covered: 0-5, 10-50, 60-70, 95-100 = 60; compute alone: 0-5, 10-30, 60-70, 95-100 = 40
     assert (step.step_ns, step.gpu_idle_ns, step.exposed_communication_ns) == (100, 40, 20)
     assert step.busy_by_family_ns == {"gemm": 20 + 10 + 25, "communication": 30}
-    assert step.collectives == {("all_reduce", 8): (1, 30)}
+    assert step.collectives == {("all_reduce", 8): CollectiveStats(1, 30, None)}
+
+
+def test_a_collectives_transfer_is_its_shortest_instance_over_the_ranks() -> None:
+    """Rank 1 arrived last at the first all-reduce, rank 0 at the second: each waited for none
+    there. A kernel launched before the trace began is no instance."""
+    def comm(start: int, end: int, launch: int | None = 0) -> Activity:
+        return Activity("communication", "b", start, end, launch, collective=("all_reduce", 8))
+
+    rank0 = [comm(0, 5, None), comm(10, 50), comm(60, 70)]
+    rank1 = [comm(30, 50), comm(55, 70)]
+    (_, first0, second0), (first1, second1) = with_transfers([rank0, rank1])
+    assert [a.transfer_ns for a in (first0, second0, first1, second1)] == [20, 10, 20, 10]
+    assert with_transfers([rank0])[0][1].transfer_ns is None
+
+
+def test_a_real_kernel_is_named_by_the_outermost_op_the_simulator_names(tmp_path: Path) -> None:
+    trace = TraceBuilder()
+    trace.host("aten::to", 0.0, 20.0)
+    trace.host("aten::_to_copy", 1.0, 18.0)
+    trace.host("aten::copy_", 2.0, 16.0)
+    trace.kernel("void at::native::unrolled_elementwise_kernel", 3.0, 5.0, 1.0)
+    kernels = read_trace(trace.write(tmp_path / "cast.json"))
+    (cast,) = real_activities(kernels, {"aten::copy_", "aten::_to_copy", "aten::mm"})
+    assert (cast.bucket, cast.family) == ("aten::_to_copy", "elementwise")
+    (unknown,) = real_activities(kernels, {"aten::mm"})
+    assert unknown.bucket == "aten::copy"
 
 
 def _write_run(run_dir: Path, world_size: int = 1, steps: int = 3) -> Path:
     """A live run's folder as phantora-ns3 writes it: each 1 ms step issues an mm (300 us), an
-    add (50 us) and an all-reduce of 1 KiB (200 us) on the NCCL stream."""
+    add (50 us) and an all-reduce of 1 KiB (200 us, 150 us of it moving data) on the NCCL
+    stream."""
     records, slices, attribution = [], [], []
     for step in range(steps):
         start = step * 1000 * US
@@ -93,7 +121,8 @@ def _write_run(run_dir: Path, world_size: int = 1, steps: int = 3) -> Path:
              "ts": start / US + 450, "dur": 50.0},
             {"ph": "X", "cat": "collective", "name": "all_reduce", "pid": 0, "tid": 2,
              "ts": start / US + 500, "dur": 200.0,
-             "args": {"bytes": 1024, "group": "0", "seq": step, "ranks": [0]}}]
+             "args": {"bytes": 1024, "group": "0", "seq": step, "ranks": [0],
+                      "transfer_start_ns": start + 550 * US}}]
     graph = run_dir / "graph"
     graph.mkdir(parents=True)
     (graph / "meta.json").write_text(json.dumps(
@@ -146,10 +175,12 @@ def test_a_profiled_step_against_the_same_simulated_step(tmp_path: Path) -> None
     assert row["real"]["busy_by_family_ns"] == {"gemm": 400 * US, "elementwise": 40 * US,
                                                 "communication": 300 * US}
     mean = document["mean"]
+    # one trace: the real transfer is unknown; the simulated one started 50 us in
     assert mean["collectives"] == [{
         "op": "all_reduce", "bytes": 1024, "real_count": 1, "sim_count": 1,
         "real_total_ns": 300 * US, "sim_total_ns": 200 * US, "real_mean_ns": 300 * US,
-        "sim_mean_ns": 200 * US}]
+        "sim_mean_ns": 200 * US, "real_mean_transfer_ns": None,
+        "sim_mean_transfer_ns": 150 * US}]
     divergences = [(d["bucket"], d["divergence_ns"], d["share_of_error"])
                    for d in mean["divergences"]]
     assert divergences == [
