@@ -65,6 +65,7 @@ def run_subcommand(name: str, argv: list[str], console: Console) -> int:
     if name == "diff":
         from phantora.cli.diff import add_arguments, run_diff
         parser = argparse.ArgumentParser(prog=f"phantora-ns3 {name}",
+                                         usage=f"%(prog)s {SUBCOMMANDS[name][0]}",
                                          description=SUBCOMMANDS[name][1])
         add_arguments(parser)
         args = parser.parse_args(argv)

@@ -17,7 +17,8 @@ from typing import Any, Literal
 
 from phantora.diff.simulated import SimulatedRun
 from phantora.errors import ProfileError
-from phantora.profiles.activity import Activity, CollectiveKey, matmul_flops, real_activities
+from phantora.profiles.activity import (Activity, CollectiveKey, matmul_flops, matmul_operands,
+                                        real_activities)
 from phantora.profiles.families import FAMILIES
 from phantora.profiles.kineto import RECORD_HINT, RankTrace
 
@@ -272,7 +273,7 @@ def _check_shapes(traces: Sequence[RankTrace], run: SimulatedRun) -> None:
         for kernel in trace.kernels:
             flops = matmul_flops(kernel.op) if kernel.op else None
             if kernel.op and flops:
-                examples.setdefault((kernel.op.name, flops), kernel.op.input_dims)
+                examples.setdefault((kernel.op.name, flops), matmul_operands(kernel.op) or ())
     if not examples:
         raise ProfileError(f"{traces[0].path}: no matrix product with recorded shapes, the run "
                            f"{run.path} has {len(run.gemm_keys)}: recorded without "

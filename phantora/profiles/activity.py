@@ -43,14 +43,21 @@ class Activity:
         return self.end_ns - self.start_ns
 
 
-def matmul_flops(call: OpCall) -> int | None:
-    """FLOPs of ``mm``, ``addmm``, ``bmm``, ``baddbmm`` from their recorded input dims (as
-    ``torch.utils.flop_counter`` counts them, the simulator's source: 2 per multiply-add, the
-    bias not counted); None for other ops or dims not recorded."""
+def matmul_operands(call: OpCall) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """The two multiplied operands' dims of ``mm``, ``addmm``, ``bmm``, ``baddbmm`` as
+    recorded (the bias and scalars left out); None for other ops or dims not recorded."""
     name = base_name(call.name)
     operands = {"mm": call.input_dims[:2], "bmm": call.input_dims[:2],
                 "addmm": call.input_dims[1:3], "baddbmm": call.input_dims[1:3]}.get(name)
-    if operands is None or len(operands) != 2:
+    return (operands[0], operands[1]) if operands is not None and len(operands) == 2 else None
+
+
+def matmul_flops(call: OpCall) -> int | None:
+    """FLOPs of a matrix product from its recorded operands (:func:`matmul_operands`), as
+    ``torch.utils.flop_counter`` counts them, the simulator's source: 2 per multiply-add, the
+    bias not counted; None where they are not a product's."""
+    operands = matmul_operands(call)
+    if operands is None:
         return None
     left, right = operands
     if len(left) == 2 and len(right) == 2 and left[1] == right[0]:
