@@ -15,6 +15,19 @@ def _ms(ns: float | None) -> str:
     return "-" if ns is None else f"{ns / 1e6:.3f}"
 
 
+def _size(nbytes: int | None) -> str:
+    """Exact where it is a whole GiB, MiB or KiB (or under 1 KiB), else in MiB or KiB to a few
+    digits (diff.json holds the exact size)."""
+    if nbytes is None:
+        return "?"
+    exact = format_bytes(nbytes)
+    if exact.endswith(("GiB", "MiB")) or nbytes < 1024:
+        return exact
+    if nbytes >= 1 << 20:
+        return f"{nbytes / 2**20:.2f}MiB"
+    return exact if exact.endswith("KiB") else f"{nbytes / 1024:.1f}KiB"
+
+
 def _pair_us(real: float | None, sim: float | None) -> str:
     return " / ".join("-" if ns is None else f"{ns / 1e3:.1f}" for ns in (real, sim))
 
@@ -56,7 +69,7 @@ def diff_tables(diff: Diff, title: str) -> list[Table]:
                          "mean us real/sim", "transfer us real/sim", "total ms real/sim")
     for row in collective_rows(real, sim):
         collectives.add_row(
-            row["op"], "?" if row["bytes"] is None else format_bytes(row["bytes"]),
+            row["op"], _size(row["bytes"]),
             f"{row['real_count']:g} / {row['sim_count']:g}",
             _pair_us(row["real_mean_ns"], row["sim_mean_ns"]),
             _pair_us(row["real_mean_transfer_ns"], row["sim_mean_transfer_ns"]),
