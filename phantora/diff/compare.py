@@ -192,6 +192,8 @@ def compare(traces: Sequence[RankTrace], run: SimulatedRun, against: Against = "
     for trace, rank, real in zip(traces, ranks, per_rank):
         sim_rank = run.live_rank(rank)
         sim_steps = run.steps.get(sim_rank, [])
+        if not sim_steps:
+            raise ProfileError(f"{run.path}: no step of rank {sim_rank} in the attribution")
         for number, (start, end) in zip(trace.step_numbers, trace.steps):
             chosen, match = _sim_steps(sim_steps, number + 1, against)
             sim = mean_metrics([measure_step(run.activities[sim_rank], s, e)
