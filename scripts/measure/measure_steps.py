@@ -37,12 +37,14 @@ import argparse
 import os
 import re
 import shlex
+import queue
 import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
@@ -266,6 +268,29 @@ def suite(name: str, nproc: int = DEFAULT_DIST_NPROC) -> list[Run]:
         return runs + [Run(f"pp-{schedule}-llama3-8b-8l-b2-m8", "llama_pp.py",
                            (*pp, "--schedule", schedule), nproc=nproc)
                        for schedule in ("1f1b", "gpipe")]
+    if name == "parallel":
+        # what dist, dist-more and values leave out: 2-D FSDP x TP, learned expert routing,
+        # interleaved pipeline stages, Megatron's pipeline; the CNN under DDP
+        moe = ("--model", "moe-600m", *LLAMA_SEQ_2048, "--batch-size", "4")
+        pp = ("--model", "llama3-8b", "--n-layer", "8", *LLAMA_SEQ_2048, "--batch-size", "2",
+              "--microbatches", "8")
+        runs = []
+        if nproc % 2 == 0 and nproc > 2:
+            runs.append(Run(f"fsdp-tp2-gpt2-124m-b8", "gpt_fsdp_tp.py",
+                            ("--tp", "2", *GPT2_124M, "--batch-size", "8"), nproc=nproc))
+        if 8 % nproc == 0:
+            runs.append(Run("ep-moe-600m-b4-learned", "moe_ep.py", (*moe, "--routing", "learned"),
+                            nproc=nproc))
+        if 8 % (2 * nproc) == 0:
+            runs.append(Run("pp-interleaved-llama3-8b-8l-b2-m8", "llama_pp.py",
+                            (*pp, "--schedule", "interleaved1f1b", "--stages-per-rank", "2"),
+                            nproc=nproc))
+        if 12 % max(nproc // 2, 1) == 0:
+            runs.append(Run(f"megatron-tp{max(nproc // 2, 1)}-pp2-gpt2-124m-b8", "megatron_gpt.py",
+                            ("--tp", str(max(nproc // 2, 1)), "--pp", "2", *MEGATRON_GPT2_124M,
+                             "--batch-size", "8", "--micro-batches", "4", "--steps", "10"),
+                            nproc=nproc, env=MEGATRON_ENV))
+        return runs
     if name == "profile":
         return [Run(f"{PROFILE_PREFIX}llama-1b-b4", "gpt_single.py",
                     ("--model", "llama-1b", *LLAMA_SEQ_2048[:2], "--steps", "4",
@@ -323,6 +348,51 @@ def run_in_group(command: list[str], log, env: dict[str, str], timeout_s: float)
         return 124
 
 
+def execute_single_gpu_runs(runs: list[Run], out: Path, machine: str, gpus: int,
+                            budget_s: float | None, run_timeout_s: float) -> None:
+    """One-GPU runs side by side, one per GPU (``CUDA_VISIBLE_DEVICES``), each logged to its
+    own file first and appended to its script's log when done, so that logs do not interleave.
+    For kernel profiles: concurrent runs share the host, so their step times are not kept as
+    step measurements where one run alone was made."""
+    free = queue.Queue()
+    for gpu in range(gpus):
+        free.put(gpu)
+    lock = threading.Lock()
+    started_s = time.monotonic()
+
+    def one(run: Run) -> None:
+        gpu = free.get()
+        try:
+            left_s = (budget_s - (time.monotonic() - started_s)) if budget_s is not None else None
+            if left_s is not None and left_s < 1.0:
+                with lock, open(log_path(out, machine, run), "a") as log:
+                    log.write(f"=== SKIP {run.name}: budget of {budget_s:.0f} s spent\n")
+                return
+            command = run.command()
+            env = {**os.environ, **SAFE_ENV, "CUDA_VISIBLE_DEVICES": str(gpu)}
+            private = out / f".{run.name}.part"
+            start_s = time.monotonic()
+            with open(private, "w") as log:
+                log.write(f"=== RUN {run.name}: {shlex.join(command)}\n")
+                log.flush()
+                timeout_s = run_timeout_s if left_s is None else min(run_timeout_s, left_s)
+                rc = run_in_group(command, log, env, timeout_s)
+                wall_s = time.monotonic() - start_s
+                log.write(f"=== EXIT {run.name}: {rc}\n=== WALL {run.name}: {wall_s:.1f} s\n")
+            with lock, open(log_path(out, machine, run), "a") as log:
+                log.write(private.read_text())
+            private.unlink()
+            print(f"{run.name}: rc {rc}, {wall_s:.0f} s wall on GPU {gpu}", flush=True)
+        finally:
+            free.put(gpu)
+
+    threads = [threading.Thread(target=one, args=(run,)) for run in runs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
 def execute(runs: list[Run], out: Path, machine: str, budget_s: float | None = None,
             run_timeout_s: float = RUN_TIMEOUT_S) -> None:
     """Run each in turn, appending its whole output to the log of its script. With
@@ -348,10 +418,19 @@ def execute(runs: list[Run], out: Path, machine: str, budget_s: float | None = N
             print(f"{run.name}: rc {rc}, {wall_s:.0f} s wall", flush=True)
 
 
-def plan_runs(suites: str, nproc: int) -> list[Run]:
-    """The runs of the comma-separated ``suites``, distributed ones on ``nproc`` GPUs."""
-    return [r for name in suites.split(",") if name.strip()
-            for r in suite(name.strip(), nproc)]
+PROFILE_RUNNER = Path(__file__).resolve().with_name("profile_run.py")
+
+
+def plan_runs(suites: str, nproc: int, trace_dir: Path | None = None,
+              machine: str = "") -> list[Run]:
+    """The runs of the comma-separated ``suites``, distributed ones on ``nproc`` GPUs; with
+    ``trace_dir``, each under ``profile_run.py``, writing ``<trace_dir>/<machine>_<run>/``."""
+    runs = [r for name in suites.split(",") if name.strip() for r in suite(name.strip(), nproc)]
+    if trace_dir is None:
+        return runs
+    return [replace(r, runner=(str(PROFILE_RUNNER), "--out",
+                               str(trace_dir / f"{machine}_{r.name}"), "--", *r.runner))
+            if not r.name.startswith(PROFILE_PREFIX) else r for r in runs]
 
 
 def describe_runs(runs: list[Run], out: Path, machine: str) -> str:
@@ -476,13 +555,19 @@ def main(argv: list[str] | None = None) -> None:
                      help="processes (GPUs) of the distributed suites; default: the count in "
                           f"--machine, else every visible GPU, else {DEFAULT_DIST_NPROC}")
     run.add_argument("--suites", default="single",
-                     help="comma list of: single, llama, dist, dist-more, profile")
+                     help="comma list of: single, llama, families, dist, dist-more, frameworks, values, "
+                          "parallel, profile")
     run.add_argument("--out", type=Path, required=True,
                      help="log folder; '{machine}' in it is replaced by the machine name")
     run.add_argument("--budget-s", type=float,
                      help="start no run after this many seconds and end one still running")
     run.add_argument("--run-timeout-s", type=float, default=RUN_TIMEOUT_S,
                      help="end a single run after this long (rc 124)")
+    run.add_argument("--trace-dir", type=Path,
+                     help="run each under profile_run.py (step 6 profiled), one Kineto trace "
+                          "per rank in <trace-dir>/<machine>_<run>/; '{machine}' is replaced")
+    run.add_argument("--single-side-by-side", action="store_true",
+                     help="run the one-GPU runs first, one per visible GPU at a time")
     run.add_argument("--dry-run", action="store_true",
                      help="print the runs, their process counts and commands; run nothing")
     verbs.add_parser("machine", help="print <gpu>x<count> of the visible GPUs")
@@ -500,7 +585,9 @@ def main(argv: list[str] | None = None) -> None:
         nproc = args.nproc or machine_gpus(machine) or len(names) or DEFAULT_DIST_NPROC
         out = Path(str(args.out).replace("{machine}", machine))
         try:
-            runs = plan_runs(args.suites, nproc)
+            trace_dir = (Path(str(args.trace_dir).replace("{machine}", machine))
+                         if args.trace_dir else None)
+            runs = plan_runs(args.suites, nproc, trace_dir, machine)
         except ValueError as exc:
             parser.error(str(exc))
         print(describe_runs(runs, out, machine), flush=True)
@@ -510,7 +597,13 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"runs need {max(r.nproc for r in runs)} GPUs, {len(names)} visible")
         out.mkdir(parents=True, exist_ok=True)
         write_env(out, machine)
-        execute(runs, out, machine, args.budget_s, args.run_timeout_s)
+        started_s = time.monotonic()
+        if args.single_side_by_side and len(names) > 1:
+            execute_single_gpu_runs([r for r in runs if r.nproc == 1], out, machine, len(names),
+                                    args.budget_s, args.run_timeout_s)
+            runs = [r for r in runs if r.nproc > 1]
+        left_s = (args.budget_s - (time.monotonic() - started_s)) if args.budget_s else None
+        execute(runs, out, machine, left_s, args.run_timeout_s)
     elif args.verb == "machine":
         names = visible_gpu_names()
         if not names:
