@@ -52,6 +52,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
 from scripts import common  # noqa: E402
 from scripts.common import REPO  # noqa: E402
+from scripts.measure import profile_run  # noqa: E402
 
 SCENARIOS = REPO / "scenarios"
 EXAMPLES = SCENARIOS / "examples"
@@ -458,10 +459,22 @@ class Result:
     reserved_gib: float | None = None
     """Largest ``max_memory_reserved`` printed (logs from before it was printed: None)."""
 
+    @property
+    def profiled_steps(self) -> range:
+        """Steps that ran under the profiler (``profile_run.py``: its warm-up step and the
+        recorded ones, whose time includes writing the trace): not step measurements."""
+        words = shlex.split(self.command) if self.command else []
+        if not any(word.endswith(PROFILE_RUNNER.name) for word in words):
+            return range(0)
+        at = words.index("--steps") + 1 if "--steps" in words[:words.index("--")] else None
+        first, last = profile_run.parse_steps(words[at]) if at else profile_run.DEFAULT_STEPS
+        return range(first - 1, last + 1)
+
     def read(self, line: str) -> None:
         """Take in one line the script printed."""
         if match := STEP_RE.match(line):
-            if int(match.group(1)) >= FIRST_MEASURED_STEP:
+            step = int(match.group(1))
+            if step >= FIRST_MEASURED_STEP and step not in self.profiled_steps:
                 self.steps_ms.append(float(match.group(3)))
                 if match.group(4):
                     self.gpu_ms.append(float(match.group(4)))

@@ -30,6 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository r
 from scripts.common import run_as_main  # noqa: E402
 
 
+DEFAULT_STEPS = (6, 6)
+"""Training steps recorded unless ``--steps`` says otherwise (1-based, first and last)."""
+
+
 def parse_steps(text: str) -> tuple[int, int]:
     """``"6:7"`` -> ``(6, 7)``: the first and last training step recorded, 1-based; the first
     must be at least 2 (the step before it is the profiler's warm-up)."""
@@ -59,7 +63,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="folder for rank<r>.json.gz")
-    parser.add_argument("--steps", type=parse_steps, default=(6, 6),
+    parser.add_argument("--steps", type=parse_steps, default=DEFAULT_STEPS,
                         help="FIRST:LAST training steps to record, 1-based (default 6:6)")
     parser.add_argument("script", type=Path)
     parser.add_argument("args", nargs=argparse.REMAINDER)
