@@ -42,6 +42,9 @@ class LaunchSpec:
     """Count the script's Python work instead of measuring its CPU time
     (``intercept.host_time.python_work``; ``simulation.host_time: counted``); needs the fake
     device."""
+    calibration: Path | None = None
+    """Kernel calibration file the ranks' compute model costs kernels from
+    (``cluster.calibration``); ``None``: the packaged tables of ``gpu``."""
 
     def log_path(self, rank: int) -> Path:
         return self.out_dir / "ranks" / f"rank{rank}.log"

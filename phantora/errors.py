@@ -6,6 +6,7 @@
     ├── CatalogueError         an unknown or inconsistent hardware catalogue entry
     ├── MissingDependencyError an optional dependency (ns3, torch) is not installed
     ├── ProfileError           a real GPU profile (Kineto trace) is unreadable or does not fit a run
+    ├── CalibrationError       a kernel calibration file is unreadable or of an unknown GPU
     └── SimulationError        something went wrong while simulating
         ├── BackendError       a network backend refused an input or failed
         ├── DeadlockError      live ranks wait on each other (mismatched or missing collectives)
@@ -33,6 +34,11 @@ class MissingDependencyError(PhantoraError):
 class ProfileError(PhantoraError, ValueError):
     """A Kineto trace is not one, holds no GPU kernels or steps, or belongs to another run than
     the one it is compared with; the message names the file and says what to record instead."""
+
+
+class CalibrationError(PhantoraError, ValueError):
+    """A kernel calibration file (``phantora-ns3 calibrate``) is missing, not one, of another
+    format version or of a GPU the catalogue does not know; the message names the file."""
 
 
 class SimulationError(PhantoraError):

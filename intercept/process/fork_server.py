@@ -66,7 +66,7 @@ class _ForkServer:
         from phantora.compute import ComputeModel
         self.patches.enter_context(process_group.installed())  # closed never: for good
         self.patches.enter_context(c10d_host.excluded_calls())
-        self.kernel_cost = ComputeModel.for_gpu(self.spec.gpu).cost
+        self.kernel_cost = ComputeModel.for_gpu(self.spec.gpu, self.spec.calibration).cost
         load_kernel_map(self.spec.gpu.name)  # cached: the ranks fork with it parsed
 
     def spawn(self, rank: int) -> None:

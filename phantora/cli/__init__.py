@@ -128,7 +128,8 @@ def _script(workload: ScriptWorkload, scenario: Scenario, summary: Summary, topo
         new_backend=lambda: make_backend(topology, scenario.cluster.network, scenario.seed,
                                          failures),
         note=lambda line: console.print(escape(line), style="yellow", highlight=False),
-        kernel_scale=scenario.kernel_scale())
+        kernel_scale=scenario.kernel_scale(),
+        calibration=Path(scenario.cluster.calibration) if scenario.cluster.calibration else None)
     attribution = fill_live_summary(summary, run.result, run.coverage, run.backend, topology)
     if run.regroups:
         summary.dedup["regroups"] = run.regroups

@@ -1,4 +1,5 @@
-"""The subcommands that work on a recorded run: ``replay``, ``export-chakra`` and ``diff``."""
+"""The subcommands: ``replay``, ``export-chakra`` and ``diff`` work on a recorded run,
+``calibrate`` on real profiler traces alone."""
 
 import argparse
 from pathlib import Path
@@ -19,6 +20,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
              "compare real per-rank PyTorch profiler traces with a live run of the same script, "
              "step by step (kernel families, collectives, GPU idle, exposed communication); "
              "writes diff.json"),
+    "calibrate": ("PROFILE... --gpu NAME --out FILE",
+                  "build a kernel table from real PyTorch profiler traces of any scripts on one "
+                  "GPU, with a roofline fitted to it, for a scenario's cluster.calibration"),
 }
 """Each subcommand's arguments and one-line summary, for its own ``--help`` and the top-level
 one."""
@@ -73,6 +77,17 @@ def run_subcommand(name: str, argv: list[str], console: Console) -> int:
             parser.error("give one or more REAL_TRACE files, then RUN_DIR")
         try:
             return run_diff(args, console)
+        except PhantoraError as error:
+            return report_error(error, console)
+    if name == "calibrate":
+        from phantora.cli.calibrate import add_arguments as calibrate_arguments
+        from phantora.cli.calibrate import run_calibrate
+        parser = argparse.ArgumentParser(prog=f"phantora-ns3 {name}",
+                                         usage=f"%(prog)s {SUBCOMMANDS[name][0]}",
+                                         description=SUBCOMMANDS[name][1])
+        calibrate_arguments(parser)
+        try:
+            return run_calibrate(parser.parse_args(argv), console)
         except PhantoraError as error:
             return report_error(error, console)
     raise ValueError(f"unknown subcommand {name!r}")

@@ -3,16 +3,19 @@
 A simulated step is only as good as its kernel durations; this record says how much of the
 GPU time came from measured tables (exact or interpolated) and how much from the fallbacks
 (fitted roofline, unknown ops, host copies), and which ops dominate each, so a missing
-measurement is visible rather than silently cheap.
+measurement is visible rather than silently cheap. With a calibration (``cluster.calibration``)
+its rows count as tables and its fitted roofline as a fallback.
 """
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from phantora.cluster.catalogue import GpuSpec
 from phantora.compute.model import CostSource
 
-FALLBACK_SOURCES = frozenset({CostSource.FITTED, CostSource.UNKNOWN})
+FALLBACK_SOURCES = frozenset({CostSource.FITTED, CostSource.UNKNOWN,
+                              CostSource.CALIBRATED_ROOFLINE})
 """Kernels costed without a measurement of their op on this GPU (host copies have their own
 measured link model and are not counted here)."""
 FALLBACK_WARN_SHARE = 0.05
@@ -35,6 +38,8 @@ class Coverage:
     """Accumulates kernels (as the ranks costed them) by source and by op name."""
 
     gpu: GpuSpec
+    calibration: Path | None = None
+    """The kernel calibration file the ranks costed kernels from, if any."""
     by_source: dict[CostSource, _Tally] = field(default_factory=dict)
     by_op: dict[str, dict[CostSource, _Tally]] = field(default_factory=dict)
 
@@ -96,6 +101,7 @@ class Coverage:
         fallback_ns = sum(t.time_ns for s, t in self.by_source.items() if s in FALLBACK_SOURCES)
         return {
             "gpu": self.gpu.name,
+            "calibration": None if self.calibration is None else str(self.calibration),
             "kernels": self.kernels,
             "time_ns": total_ns,
             "from_tables_share": share(from_table_ns),

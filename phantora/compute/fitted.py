@@ -12,9 +12,15 @@ linearly interpolated in log2(work) and flat beyond the measured range. It carri
 single efficiency cannot: small matmuls run far below the large ones' ~80% of peak, small
 copies far below the HBM rate. Matmul efficiencies are per dtype against the *bf16* peak (the
 catalogue's one compute figure), so fp32 without TF32 comes out ~15x slower, as measured.
+
+Curves fitted from a calibration (``phantora-ns3 calibrate``) may lack a kind the traces did not
+run: a missing matmul dtype takes bf16's (else any dtype's), a missing attention direction the
+other's (else the bf16 matmul curve), so any FLOP-bound row fits all FLOP-bound kernels. The
+curves are saved with the calibration (:meth:`EfficiencyCurves.to_dict`).
 """
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -43,6 +49,14 @@ class _Curve:
 
     def __call__(self, work: float) -> float:
         return float(np.interp(np.log2(max(work, 1.0)), self.log2_work, self.efficiency))
+
+    def to_dict(self) -> dict[str, list[float]]:
+        return {"log2_work": self.log2_work.tolist(), "efficiency": self.efficiency.tolist()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, list[float]]) -> "_Curve":
+        return cls(np.array(data["log2_work"], dtype=float),
+                   np.array(data["efficiency"], dtype=float))
 
 
 @dataclass(frozen=True)
@@ -86,12 +100,20 @@ class EfficiencyCurves:
 
     def compute_ns(self, flops: int, dtype: str, gpu: GpuSpec) -> int:
         """A matrix product (or any FLOP-bound kernel) of ``flops`` in ``dtype``."""
-        curve = self.matmul.get(dtype) or self.matmul["bf16"]
+        curve = self._matmul_curve(dtype)
         return self._at_least_floor(flops / (gpu.bf16_tflops * 1e3 * curve(flops)))
 
     def attention_ns(self, flops: int, backward: bool, gpu: GpuSpec) -> int:
-        curve = self.attention["bwd" if backward else "fwd"]
+        directions = ("bwd", "fwd") if backward else ("fwd", "bwd")
+        curve = next((self.attention[d] for d in directions if d in self.attention), None) \
+            or self._matmul_curve("bf16")
         return self._at_least_floor(flops / (gpu.bf16_tflops * 1e3 * curve(flops)))
+
+    def _matmul_curve(self, dtype: str) -> _Curve:
+        curve = self.matmul.get(dtype) or self.matmul.get("bf16")
+        if curve is None and self.matmul:
+            curve = self.matmul[min(self.matmul)]
+        return curve or self.attention.get("fwd") or self.attention["bwd"]
 
     def memory_ns(self, nbytes: int, gpu: GpuSpec) -> int:
         """A kernel bound by moving ``nbytes`` through HBM."""
@@ -99,6 +121,19 @@ class EfficiencyCurves:
 
     def _at_least_floor(self, duration_ns: float) -> int:
         return max(self.floor_ns, round(duration_ns))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form a calibration file keeps (:meth:`from_dict` reads it)."""
+        return {"source": self.source, "floor_ns": self.floor_ns,
+                "matmul": {dtype: curve.to_dict() for dtype, curve in self.matmul.items()},
+                "attention": {d: curve.to_dict() for d, curve in self.attention.items()},
+                "memory": self.memory.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "EfficiencyCurves":
+        return cls({dtype: _Curve.from_dict(c) for dtype, c in data["matmul"].items()},
+                   {d: _Curve.from_dict(c) for d, c in data["attention"].items()},
+                   _Curve.from_dict(data["memory"]), int(data["floor_ns"]), str(data["source"]))
 
 
 def _append(points: tuple[list[float], list[float]], work: float, efficiency: float) -> None:

@@ -11,6 +11,13 @@ Order of preference, per launch (the :class:`CostSource` it reports):
    op of its bytes, and listed in the coverage so a measurement can be added;
 5. ``host-transfer``: copies between host and GPU memory over PCIe (constants below).
 
+With a calibration (``cluster.calibration``: a table built by ``phantora-ns3 calibrate`` from
+real profiler traces, :mod:`.calibrated`), its rows and the roofline fitted to them take the
+place of the packaged table and curves: ``calibrated``, ``calibrated-interpolated`` and
+``calibrated-roofline`` stand for 1-3 (unknown ops and host copies as above). A calibration of
+another GPU than the scenario's is moved to it by the spec sheets
+(:meth:`ComputeModel.on_this_gpu`).
+
 Nothing is free: every kernel costs at least the fastest kernel ever measured.
 """
 
@@ -20,7 +27,8 @@ from pathlib import Path
 
 from phantora.calibration.gpu import HOST_LINK_GBS
 from phantora.calibration.tables import KERNEL_TABLES
-from phantora.cluster.catalogue import CATALOGUE, GpuSpec
+from phantora.cluster.catalogue import CATALOGUE, GpuSpec, lookup_gpu
+from phantora.compute.calibrated import Calibration
 from phantora.compute.fitted import EfficiencyCurves
 from phantora.compute.ops import is_memory_bound
 from phantora.compute.spec import Family, KernelSpec
@@ -44,10 +52,28 @@ class CostSource(str, Enum):
     FITTED = "fitted-roofline"
     UNKNOWN = "unknown-op"
     HOST_TRANSFER = "host-transfer"
+    CALIBRATED = "calibrated"
+    CALIBRATED_INTERPOLATED = "calibrated-interpolated"
+    CALIBRATED_ROOFLINE = "calibrated-roofline"
 
     @property
     def from_table(self) -> bool:
-        return self in (CostSource.MEASURED, CostSource.INTERPOLATED)
+        return self in (CostSource.MEASURED, CostSource.INTERPOLATED, CostSource.CALIBRATED,
+                        CostSource.CALIBRATED_INTERPOLATED)
+
+
+@dataclass(frozen=True)
+class _Sources:
+    """What a table's exact rows, its interpolation and its fitted roofline are reported as."""
+
+    exact: CostSource
+    interpolated: CostSource
+    roofline: CostSource
+
+
+MEASURED_TABLES = _Sources(CostSource.MEASURED, CostSource.INTERPOLATED, CostSource.FITTED)
+CALIBRATION = _Sources(CostSource.CALIBRATED, CostSource.CALIBRATED_INTERPOLATED,
+                       CostSource.CALIBRATED_ROOFLINE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,18 +89,29 @@ def table_path(gpu_name: str) -> Path | None:
 
 
 class ComputeModel:
-    """Kernel durations on one GPU; :meth:`cost` is cached per distinct launch."""
+    """Kernel durations on one GPU; :meth:`cost` is cached per distinct launch.
 
-    def __init__(self, gpu: GpuSpec, table: KernelTable | None,
-                 curves: EfficiencyCurves) -> None:
+    ``table`` holds times measured on ``measured_on`` (default ``gpu``); ``sources`` says what
+    its rows and ``curves`` are reported as."""
+
+    def __init__(self, gpu: GpuSpec, table: KernelTable | None, curves: EfficiencyCurves,
+                 measured_on: GpuSpec | None = None,
+                 sources: _Sources = MEASURED_TABLES) -> None:
         self.gpu = gpu
         self.table = table
         self.curves = curves
+        self.measured_on = measured_on or gpu
+        self.sources = sources
         self._cache: dict[KernelSpec, KernelCost] = {}
 
     @classmethod
-    def for_gpu(cls, gpu: GpuSpec) -> "ComputeModel":
-        """The model of ``gpu``: its own table if one was measured, else the reference's curves."""
+    def for_gpu(cls, gpu: GpuSpec, calibration: Path | None = None) -> "ComputeModel":
+        """The model of ``gpu``: the ``calibration`` file's table and roofline if given, else
+        its own measured table if there is one, else the reference's curves."""
+        if calibration is not None:
+            calibrated = Calibration.load(calibration)
+            return cls(gpu, calibrated.table(), calibrated.roofline,
+                       lookup_gpu(calibrated.gpu), CALIBRATION)
         path = table_path(gpu.name)
         if path is not None:
             table = KernelTable.load(path)
@@ -98,21 +135,38 @@ class ComputeModel:
         if family is Family.HOST_TRANSFER:
             return KernelCost(HOST_COPY_LATENCY_NS + round(spec.bytes / HOST_LINK_GBS.value),
                               CostSource.HOST_TRANSFER)
+        sources = self.sources
         if self.table is not None:
             estimate = self.table.estimate(spec)
             if estimate is not None:
-                return KernelCost(max(self.curves.floor_ns, estimate.duration_ns),
-                                  CostSource.MEASURED if estimate.exact
-                                  else CostSource.INTERPOLATED)
+                return KernelCost(max(self.curves.floor_ns,
+                                      self.on_this_gpu(estimate.duration_ns, spec)),
+                                  sources.exact if estimate.exact else sources.interpolated)
         curves, gpu = self.curves, self.gpu
         if family in (Family.ATTENTION_FWD, Family.ATTENTION_BWD):
             backward = family is Family.ATTENTION_BWD
             flops = attention_flops(spec.dims, spec.variant == "causal", backward)
-            return KernelCost(curves.attention_ns(flops, backward, gpu), CostSource.FITTED)
+            return KernelCost(curves.attention_ns(flops, backward, gpu), sources.roofline)
         # convolutions and grouped GEMMs without rows fall to the matmul curve of their FLOPs
         memory_ns = curves.memory_ns(spec.bytes, gpu)
         if spec.flops > 0:
             return KernelCost(max(memory_ns, curves.compute_ns(spec.flops, spec.dtype, gpu)),
-                              CostSource.FITTED)
-        return KernelCost(memory_ns, CostSource.FITTED if is_memory_bound(spec.name)
+                              sources.roofline)
+        return KernelCost(memory_ns, sources.roofline if is_memory_bound(spec.name)
                           else CostSource.UNKNOWN)
+
+    def on_this_gpu(self, duration_ns: int, spec: KernelSpec) -> int:
+        """A table time of :attr:`measured_on` on :attr:`gpu`: the part above the kernel floor
+        (launch latency, which neither spec sheet says) scales by the launch's roofline time,
+        ``max(flops / tensor peak, bytes / HBM bandwidth)``, on one GPU over the other: the
+        bandwidth ratio for a memory-bound op, the tensor-peak ratio for a large product."""
+        source, target = self.measured_on, self.gpu
+        before = _roofline_ns(spec, source)
+        if source == target or before <= 0:
+            return duration_ns
+        floor = self.curves.floor_ns
+        return floor + round(max(0, duration_ns - floor) * _roofline_ns(spec, target) / before)
+
+
+def _roofline_ns(spec: KernelSpec, gpu: GpuSpec) -> float:
+    return max(spec.flops / (gpu.bf16_tflops * 1e3), spec.bytes / gpu.hbm_gbs)

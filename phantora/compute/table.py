@@ -12,10 +12,16 @@ call of an aten op per dtype and shape, measured on the lent GPUs by
   of the nearest measured size holds (small sizes then reach the kernel floor of the model).
 
 The model (``model.py``) keeps every estimate at or above the fastest kernel measured.
+
+A table built from profiler traces (a calibration, ``calibrated.py``) holds only the shapes its
+scripts ran, often only small ones of an op: built with ``extrapolate=False`` it answers only
+within :data:`REACH_OCTAVES` of the work (FLOPs, bytes) its rows of that kind span, and leaves
+the rest to the roofline fitted over all its rows.
 """
 
 import csv
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +31,9 @@ import numpy as np
 from phantora.compute import inductor
 from phantora.compute.ops import SAME_KERNEL_AS, base_name
 from phantora.compute.spec import Family, KernelSpec
+
+REACH_OCTAVES = 1.0
+"""How far (log2 of the work) a table without extrapolation estimates beyond its rows."""
 
 NEIGHBOURS = 8
 """How many measured shapes an interpolated matmul/attention time is weighted from."""
@@ -121,8 +130,10 @@ class MeasuredRow:
     flops: int = 0
 
     @classmethod
-    def parse(cls, row: dict[str, str]) -> "MeasuredRow":
-        shape = json.loads(row["shape"])
+    def parse(cls, row: Mapping[str, Any]) -> "MeasuredRow":
+        """A row of a table: a CSV row's strings (``shape`` as JSON text), or the typed values
+        of a calibration file's row (``shape`` an object, ``phantora.compute.calibrated``)."""
+        shape = row["shape"] if isinstance(row["shape"], dict) else json.loads(row["shape"])
         dims: tuple[int, ...] = ()
         variant = ""
         if row["section"] == "matmul":
@@ -130,7 +141,7 @@ class MeasuredRow:
             variant = shape["layout"]
         elif row["section"] == "attention":
             dims = (shape["batch"], shape["heads"], shape["kv_heads"], shape["seq"],
-                    shape["seq"], shape["head_dim"])
+                    shape.get("seq_kv", shape["seq"]), shape["head_dim"])
             variant = "causal" if shape["causal"] else "full"
         elif row["section"] == "conv":
             dims = (shape["n"], shape["c"], shape["k"], shape["size"], shape["kernel"],
@@ -187,6 +198,11 @@ class _RatePool:
         return cls(np.array([p[0] for p in points]), np.array([p[1] for p in points]),
                    log2_work, log_rate, curve_x, curve_y)
 
+    def reaches(self, work: int) -> bool:
+        """Whether ``work`` lies within :data:`REACH_OCTAVES` of the pool's measured work."""
+        return bool(self.curve_x[0] - REACH_OCTAVES <= np.log2(max(work, 1))
+                    <= self.curve_x[-1] + REACH_OCTAVES)
+
     def typical(self, log2_work: np.ndarray | float) -> np.ndarray:
         return np.interp(log2_work, self.curve_x, self.curve_y)
 
@@ -210,6 +226,12 @@ class _BytesCurve:
 
     log_bytes: np.ndarray
     log_ns: np.ndarray
+
+    def reaches(self, nbytes: int) -> bool:
+        """Whether ``nbytes`` lies within :data:`REACH_OCTAVES` of the measured sizes."""
+        reach = REACH_OCTAVES * np.log(2)
+        return bool(self.log_bytes[0] - reach <= np.log(max(nbytes, 1))
+                    <= self.log_bytes[-1] + reach)
 
     def estimate(self, nbytes: int) -> int:
         if nbytes <= 0:
@@ -256,10 +278,13 @@ class _Builder:
 
 
 class KernelTable:
-    """One GPU's measured kernel times; :meth:`estimate` answers for a launch or ``None``."""
+    """One GPU's measured kernel times; :meth:`estimate` answers for a launch or ``None``.
 
-    def __init__(self, rows: list[MeasuredRow]) -> None:
+    ``extrapolate=False``: no estimate beyond the reach of the rows (see the module's text)."""
+
+    def __init__(self, rows: list[MeasuredRow], extrapolate: bool = True) -> None:
         self.rows = rows
+        self.extrapolate = extrapolate
         builder = _Builder()
         for row in rows:
             _add_row(builder, row)
@@ -304,11 +329,12 @@ class KernelTable:
         work = matmul_work(spec.dims)
         pool = self._pools.get(("bmm", spec.dtype)) if batched else None
         if pool is not None:
-            return Estimate(pool.estimate(_log2([batch, m, n, k]), spec.variant, work), False)
+            return Estimate(pool.estimate(_log2([batch, m, n, k]), spec.variant, work), False) \
+                if self._reaches(pool, work) else None
         pool = self._pools.get(("mm", spec.dtype))
-        if pool is None:
-            return None
         work = matmul_work((1, batch * m, n, k))
+        if pool is None or not self._reaches(pool, work):
+            return None
         return Estimate(pool.estimate(_log2([batch * m, n, k]), spec.variant, work), False)
 
     def _attention(self, spec: KernelSpec, backward: bool) -> Estimate | None:
@@ -319,9 +345,9 @@ class KernelTable:
             return Estimate(exact, True)
         pool = (self._pools.get(("sdpa", direction, BACKEND_OF_DEFAULT_SDPA))
                 or self._pools.get(("sdpa", direction, "flash")))
-        if pool is None:
-            return None
         work = attention_work(spec.dims, causal, backward)
+        if pool is None or not self._reaches(pool, work):
+            return None
         return Estimate(pool.estimate(_attention_features(spec.dims), spec.variant, work),
                         False)
 
@@ -333,7 +359,7 @@ class KernelTable:
         if exact is not None:
             return Estimate(exact, True)
         pool = self._pools.get(key)
-        if pool is None or spec.flops <= 0:
+        if pool is None or spec.flops <= 0 or not self._reaches(pool, spec.flops):
             return None
         return Estimate(pool.estimate(features, spec.variant, spec.flops), False)
 
@@ -346,9 +372,12 @@ class KernelTable:
         if exact is not None:
             return Estimate(exact, True)
         curve = self._curves.get((op, spec.dtype)) or self._curves.get((op, ""))
-        if curve is None:
+        if curve is None or not self._reaches(curve, spec.bytes):
             return None
         return Estimate(curve.estimate(spec.bytes), False)
+
+    def _reaches(self, rows: _RatePool | _BytesCurve, work: int) -> bool:
+        return self.extrapolate or rows.reaches(work)
 
 
 def _log2(values: list[int]) -> np.ndarray:

@@ -66,7 +66,7 @@ NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_")
 
 @dataclass(frozen=True)
 class OpCall:
-    """The innermost aten op that launched a kernel, with its inputs as recorded."""
+    """One call of an aten op that encloses a kernel's launch, with its inputs as recorded."""
 
     name: str
     """``aten::mm``."""
@@ -76,6 +76,11 @@ class OpCall:
     """``args["Input type"]``: ``("c10::BFloat16", "c10::BFloat16")``."""
     concrete_inputs: tuple = ()
     """``args["Concrete Inputs"]``: scalars as strings, ``""`` for tensors."""
+    input_strides: tuple = ()
+    """``args["Input Strides"]``, like :attr:`input_dims`: ``((768, 1), (1, 768))``."""
+    external_id: int | None = field(default=None, compare=False)
+    """``args["External id"]``: which call of the op this is (kernels with the same id were
+    launched by one call); not part of what two calls are compared by."""
 
 
 @dataclass(frozen=True)
@@ -102,18 +107,26 @@ class KernelEvent:
     start_ns: int
     duration_ns: int
     correlation: int
-    op: OpCall | None
-    """The launching aten op; None where no aten op encloses the launch (a compiled graph's
-    Triton kernel, a CUDA graph replay, NCCL)."""
     collective: CollectiveInfo | None
     """For NCCL kernels."""
     launch_ns: int | None = None
     """When the host called the launch (the runtime event's start); None if not in the trace."""
-    enclosing_ops: tuple[str, ...] = ()
-    """Names of every aten op enclosing the launch, innermost first (``aten::_flash_attention_
+    calls: tuple[OpCall, ...] = ()
+    """Every aten op call enclosing the launch, innermost first (``aten::_flash_attention_
     forward``, ``aten::_scaled_dot_product_flash_attention``, ...): another tool may name the
-    kernel by an outer op."""
+    kernel by an outer op. Empty where no aten op encloses the launch (a compiled graph's
+    Triton kernel, a CUDA graph replay, NCCL)."""
     device: int | None = None
+
+    @property
+    def op(self) -> OpCall | None:
+        """The launching (innermost) aten op, or None."""
+        return self.calls[0] if self.calls else None
+
+    @property
+    def enclosing_ops(self) -> tuple[str, ...]:
+        """The names of :attr:`calls`."""
+        return tuple(call.name for call in self.calls)
 
     @property
     def end_ns(self) -> int:
@@ -213,8 +226,7 @@ class _Launch:
     """What was open on the host thread when a launch was called."""
 
     ts_ns: int
-    op: OpCall | None
-    enclosing: tuple[str, ...]
+    calls: tuple[OpCall, ...]
     comms: dict[str, Any] | None
     """Args of the innermost enclosing range that names a collective (``record_param_comms``)."""
 
@@ -267,14 +279,16 @@ def _context(ts_ns: int, stack: list[tuple[int, dict[str, Any]]],
     if comms is None:
         group = next((grouped[id(e)] for _, e in reversed(stack) if id(e) in grouped), [])
         comms = group[0] if len(group) == 1 else None
-    innermost = ops[0] if ops else None
-    op = None
-    if innermost is not None:
-        args = innermost.get("args") or {}
-        op = OpCall(name=innermost["name"], input_dims=_tuples(args.get("Input Dims", [])),
-                    input_types=_tuples(args.get("Input type", [])),
-                    concrete_inputs=_tuples(args.get("Concrete Inputs", [])))
-    return _Launch(ts_ns, op, tuple(e["name"] for e in ops), comms)
+    return _Launch(ts_ns, tuple(_op_call(e) for e in ops), comms)
+
+
+def _op_call(event: dict[str, Any]) -> OpCall:
+    args = event.get("args") or {}
+    return OpCall(name=event["name"], input_dims=_tuples(args.get("Input Dims", [])),
+                  input_types=_tuples(args.get("Input type", [])),
+                  concrete_inputs=_tuples(args.get("Concrete Inputs", [])),
+                  input_strides=_tuples(args.get("Input Strides", [])),
+                  external_id=_int(args.get("External id")))
 
 
 def _kernel(event: dict[str, Any], launches: dict[int, _Launch]) -> KernelEvent:
@@ -291,9 +305,8 @@ def _kernel(event: dict[str, Any], launches: dict[int, _Launch]) -> KernelEvent:
     return KernelEvent(
         name=name, stream=_int(args.get("stream")) or 0, start_ns=_ns(event["ts"]),
         duration_ns=_ns(event.get("dur", 0)), correlation=correlation or 0,
-        op=launch.op if launch else None, collective=collective,
-        launch_ns=launch.ts_ns if launch else None,
-        enclosing_ops=launch.enclosing if launch else (), device=_int(args.get("device")))
+        collective=collective, launch_ns=launch.ts_ns if launch else None,
+        calls=launch.calls if launch else (), device=_int(args.get("device")))
 
 
 def collective_op(name: str) -> str | None:

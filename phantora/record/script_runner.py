@@ -66,7 +66,8 @@ def run_script(workload: ScriptWorkload, simulation: SimulationConfig, topology:
                echo: Callable[[str], None], seed: int = 0,
                new_backend: Callable[[], NetworkBackend] | None = None,
                note: Callable[[str], None] | None = None,
-               kernel_scale: Mapping[int, float] | None = None) -> ScriptRun:
+               kernel_scale: Mapping[int, float] | None = None,
+               calibration: Path | None = None) -> ScriptRun:
     """Run the script on every rank to completion (``seed``: the value model's) and record its
     execution graph to ``out_dir/graph`` (:mod:`.recorder`); raises DeadlockError /
     RankCrashed. A run that starts again (:class:`RegroupRanks`) closes ``backend`` and runs
@@ -74,7 +75,7 @@ def run_script(workload: ScriptWorkload, simulation: SimulationConfig, topology:
     user about rank deduplication (default ``echo``). ``kernel_scale``: rank -> factor on its
     kernels' durations (``slow_gpu`` faults); with any, every rank runs live (a mirror takes
     its representative's timeline). The recording keeps the kernels as the ranks costed them,
-    unscaled."""
+    unscaled. ``calibration``: the kernel calibration file the ranks cost kernels from."""
     note = note or echo
     world = workload.world_size
     classes = RankClasses.choose(world) if simulation.dedup == "auto" and new_backend else \
@@ -91,7 +92,8 @@ def run_script(workload: ScriptWorkload, simulation: SimulationConfig, topology:
             note(f"rank deduplication: {classes.describe()}")
         try:
             result, coverage = _run_once(workload, simulation, topology, gpu, nccl,
-                                         backend, out_dir, echo, seed, classes, kernel_scale)
+                                         backend, out_dir, echo, seed, classes, kernel_scale,
+                                         calibration)
             return ScriptRun(result, coverage, backend, regroups)
         except RegroupRanks as regroup:
             assert new_backend is not None
@@ -108,8 +110,9 @@ def run_script(workload: ScriptWorkload, simulation: SimulationConfig, topology:
 def _run_once(workload: ScriptWorkload, simulation: SimulationConfig, topology: Topology,
               gpu: GpuSpec, nccl: NcclConfig, backend: NetworkBackend, out_dir: Path,
               echo: Callable[[str], None], seed: int, classes: RankClasses,
-              kernel_scale: Mapping[int, float] | None) -> tuple[LiveResult, Coverage]:
-    coverage = Coverage(gpu)
+              kernel_scale: Mapping[int, float] | None,
+              calibration: Path | None) -> tuple[LiveResult, Coverage]:
+    coverage = Coverage(gpu, calibration)
     args = [arg.replace(OUT_PLACEHOLDER, str(out_dir)) for arg in workload.args]
     launcher = Launcher(program_of(workload), args, workload.env, workload.world_size,
                         workload.nproc_per_node, gpu, out_dir,
@@ -121,7 +124,7 @@ def _run_once(workload: ScriptWorkload, simulation: SimulationConfig, topology: 
                         counted=simulation.host_time == "counted",
                         values=ValuePolicy(Routing.parse(simulation.routing), seed,
                                            simulation.unknown_shapes),
-                        ranks=classes.live_ranks())
+                        ranks=classes.live_ranks(), calibration=calibration)
     stop_echo = threading.Event()
     with pinned(simulation.cpus), launcher:
         tail = launcher.tail(0)

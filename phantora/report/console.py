@@ -48,8 +48,10 @@ def coverage_line(coverage: dict[str, Any]) -> str:
         return "compute: no kernels"
     parts = ", ".join(f"{source} {tally['share']:.0%}"
                       for source, tally in coverage["by_source"].items())
+    tables = (f"the calibration {coverage['calibration']}" if coverage.get("calibration")
+              else "measured tables")
     line = (f"compute ({coverage['gpu']}): {coverage['from_tables_share']:.0%} of GPU time from "
-            f"measured tables ({parts})")
+            f"{tables} ({parts})")
     fallback = [op for op in coverage["fallback_ops"] if op["share"] >= 0.01][:3]
     if fallback:
         line += "; largest not from tables: " + ", ".join(
@@ -57,9 +59,10 @@ def coverage_line(coverage: dict[str, Any]) -> str:
     if coverage.get("fallback_warning"):
         ops = ", ".join(f"{name} {share:.0%}"
                         for name, share in list(coverage["fallback_by_op"].items())[:5])
+        fix = ("add traces that run them to the calibration" if coverage.get("calibration")
+               else "measure them with scripts/measure/measure_kernels.py")
         line += (f"\nWARNING: {coverage['fallback_share']:.0%} of GPU time was costed by "
-                 f"fallback (no measured rows for: {ops}); measure them with "
-                 "scripts/measure/measure_kernels.py")
+                 f"fallback (no measured rows for: {ops}); {fix}")
     return line
 
 

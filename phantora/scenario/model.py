@@ -100,6 +100,9 @@ class ClusterConfig(_Resolved):
     """NVLink rate per GPU and direction."""
     network: NetworkConfig | None
     """``None`` on a single host, whose GPUs only talk over NVLink."""
+    calibration: str | None = None
+    """Absolute path of the kernel calibration file kernel times come from
+    (``phantora.compute.calibrated``); ``None``: the packaged measured tables."""
 
     @computed_field  # type: ignore[prop-decorator]
     @property

@@ -17,7 +17,9 @@ from launch.value_policy import Routing
 from phantora.calibration import host_references
 from phantora.cluster.catalogue import GpuSpec, lookup_gpu
 from phantora.cluster.topology import uplinks_for
+from phantora.compute.calibrated import Calibration
 from phantora.cpu_affinity import default_cpus
+from phantora.errors import CalibrationError
 from phantora.network.roce_presets import RoceSettings, preset
 from phantora.scenario.messages import Problem, join_words, scenario_error
 from phantora.scenario.model import (
@@ -82,7 +84,7 @@ def resolve_scenario(spec: ScenarioSpec, source: str) -> Scenario:
     """The resolved scenario, or a :class:`ScenarioError` listing every cross-key problem."""
     problems: list[Problem] = []
     gpu = lookup_gpu(spec.cluster.gpu)
-    cluster = _cluster(spec.cluster, gpu, problems)
+    cluster = _cluster(spec.cluster, gpu, source, problems)
     nccl = _nccl(spec.nccl, gpu, problems)
     workload = _workload(spec, gpu, source, problems)
     routing = _routing(spec.simulation.routing, source, problems)
@@ -135,7 +137,8 @@ def _num_gpus_factors(cluster: ClusterSpec) -> str:
 
 # -- cluster and network --------------------------------------------------------------------
 
-def _cluster(spec: ClusterSpec, gpu: GpuSpec, problems: list[Problem]) -> ClusterConfig | None:
+def _cluster(spec: ClusterSpec, gpu: GpuSpec, source: str,
+             problems: list[Problem]) -> ClusterConfig | None:
     network = None
     if spec.hosts == 1 and spec.network is not None:
         problems.append((NET, "given, but cluster.hosts is 1, and a single host has no fabric "
@@ -147,7 +150,23 @@ def _cluster(spec: ClusterSpec, gpu: GpuSpec, problems: list[Problem]) -> Cluste
             return None
     return ClusterConfig(gpu=gpu.name, hosts=spec.hosts, gpus_per_host=spec.gpus_per_host,
                          nvlink_gbps=_given(spec.nvlink_bandwidth, gpu.nvlink_gbps),
-                         network=network)
+                         network=network, calibration=_calibration(spec, source, problems))
+
+
+def _calibration(spec: ClusterSpec, source: str, problems: list[Problem]) -> str | None:
+    """The calibration file's absolute path, read once here so that a bad one is a scenario
+    error rather than every rank's."""
+    if spec.calibration is None:
+        return None
+    path = Path(source).resolve().parent / spec.calibration
+    try:
+        Calibration.load(path)
+    except CalibrationError as error:
+        problems.append(("cluster.calibration",
+                         f'got "{spec.calibration}"; {error} (paths are relative to the '
+                         "scenario file's folder)"))
+        return None
+    return str(path)
 
 
 def _network(cluster: ClusterSpec, net: NetworkSpec, gpu: GpuSpec,

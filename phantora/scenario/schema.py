@@ -333,6 +333,9 @@ class ClusterSpec(_Section):
     """NVLink rate per GPU and direction; default the GPU's catalogue figure."""
     network: NetworkSpec | None = None
     """The fabric between hosts; only with hosts >= 2 (defaults apply when left out)."""
+    calibration: Annotated[str, MinLen(1)] | None = None
+    """Kernel calibration file (phantora-ns3 calibrate), relative to the scenario file: kernel
+    times come from it and the roofline fitted to it, not from the packaged tables."""
 
 
 class NcclSpec(_Section):
