@@ -178,6 +178,15 @@ def tp_model(nproc: int) -> str | None:
     return next((model for model, heads in TP_MODELS if heads % nproc == 0), None)
 
 
+def deepspeed_env() -> tuple[tuple[str, str], ...]:
+    """DeepSpeed JIT-builds its fused Adam for the architectures of ``TORCH_CUDA_ARCH_LIST`` and
+    cannot parse a suffixed one (``9.0a``, as the lent machines set it): the same list without
+    the suffixes."""
+    archs = os.environ.get("TORCH_CUDA_ARCH_LIST", "")
+    plain = re.sub(r"(\d+\.\d+)[a-z]+", r"\1", archs)
+    return (("TORCH_CUDA_ARCH_LIST", plain),) if plain != archs else ()
+
+
 def suite(name: str, nproc: int = DEFAULT_DIST_NPROC) -> list[Run]:
     """Runs of a suite: ``single``, ``llama``, ``families`` (one GPU: compiled LMs beside
     their eager selves, ResNet-50, ViT-B/16, a mixture of experts), ``dist``, ``dist-more``,
@@ -249,7 +258,8 @@ def suite(name: str, nproc: int = DEFAULT_DIST_NPROC) -> list[Run]:
         # parallel) on GPT-2 124M, through each framework's own training pieces
         gpt2 = ("--model", "gpt2-124m", *GPT2_124M[2:], "--batch-size", "8")
         runs = [Run(f"deepspeed-zero{stage}-gpt2-124m-b8", "deepspeed_gpt.py",
-                    (*gpt2, "--zero-stage", str(stage)), nproc=nproc) for stage in (1, 2, 3)]
+                    (*gpt2, "--zero-stage", str(stage)), nproc=nproc, env=deepspeed_env())
+                for stage in (1, 2, 3)]
         if 12 % nproc == 0:
             megatron = ("--tp", str(nproc), *MEGATRON_GPT2_124M, "--batch-size", "8",
                         "--steps", "10")
