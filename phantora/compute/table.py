@@ -15,8 +15,11 @@ The model (``model.py``) keeps every estimate at or above the fastest kernel mea
 
 A table built from profiler traces (a calibration, ``calibrated.py``) holds only the shapes its
 scripts ran, often only small ones of an op: built with ``extrapolate=False`` it answers only
-within :data:`REACH_OCTAVES` of the work (FLOPs, bytes) its rows of that kind span, and leaves
-the rest to the roofline fitted over all its rows.
+within :data:`REACH_OCTAVES` of the work (FLOPs, bytes) its rows of that kind span, or at any
+larger size where its largest row already saturates the GPU (:data:`SATURATING_BYTES`,
+:data:`SATURATING_WORK`), and for a product, attention or convolution only near a shape it
+holds (:data:`SHAPE_REACH_OCTAVES`: a ViT's patch convolution says nothing of a ResNet's);
+the rest is left to the roofline fitted over all its rows.
 """
 
 import csv
@@ -34,6 +37,14 @@ from phantora.compute.spec import Family, KernelSpec
 
 REACH_OCTAVES = 1.0
 """How far (log2 of the work) a table without extrapolation estimates beyond its rows."""
+SHAPE_REACH_OCTAVES = 4.0
+"""How far (log2 of the shape features, Euclidean) the nearest measured shape may be."""
+SATURATING_BYTES = 2**26
+"""A memory-bound op moving this much streams through HBM (the H100's and H200's L2 hold 50
+MiB): its bandwidth holds for any larger size."""
+SATURATING_WORK = 2**36
+"""A matrix product or attention of this many FLOPs (on whole tiles) fills the GPU: the
+measured bf16 efficiency is flat beyond it (``fitted.py``'s curves, 2^36 to 2^46)."""
 
 NEIGHBOURS = 8
 """How many measured shapes an interpolated matmul/attention time is weighted from."""
@@ -198,10 +209,15 @@ class _RatePool:
         return cls(np.array([p[0] for p in points]), np.array([p[1] for p in points]),
                    log2_work, log_rate, curve_x, curve_y)
 
-    def reaches(self, work: int) -> bool:
-        """Whether ``work`` lies within :data:`REACH_OCTAVES` of the pool's measured work."""
-        return bool(self.curve_x[0] - REACH_OCTAVES <= np.log2(max(work, 1))
-                    <= self.curve_x[-1] + REACH_OCTAVES)
+    def reaches(self, work: int, features: np.ndarray) -> bool:
+        """Whether ``work`` lies within :data:`REACH_OCTAVES` of the pool's measured work (or
+        above it where the largest saturates the GPU) and a measured shape lies within
+        :data:`SHAPE_REACH_OCTAVES` of ``features``."""
+        x, low, high = np.log2(max(work, 1)), self.curve_x[0], self.curve_x[-1]
+        nearest = float(np.sqrt(((self.features - features) ** 2).sum(axis=1)).min())
+        return bool(low - REACH_OCTAVES <= x
+                    and (x <= high + REACH_OCTAVES or high >= np.log2(SATURATING_WORK))
+                    and nearest <= SHAPE_REACH_OCTAVES)
 
     def typical(self, log2_work: np.ndarray | float) -> np.ndarray:
         return np.interp(log2_work, self.curve_x, self.curve_y)
@@ -228,10 +244,11 @@ class _BytesCurve:
     log_ns: np.ndarray
 
     def reaches(self, nbytes: int) -> bool:
-        """Whether ``nbytes`` lies within :data:`REACH_OCTAVES` of the measured sizes."""
+        """Whether ``nbytes`` lies within :data:`REACH_OCTAVES` of the measured sizes, or above
+        them where the largest streams through HBM."""
+        x, low, high = np.log(max(nbytes, 1)), self.log_bytes[0], self.log_bytes[-1]
         reach = REACH_OCTAVES * np.log(2)
-        return bool(self.log_bytes[0] - reach <= np.log(max(nbytes, 1))
-                    <= self.log_bytes[-1] + reach)
+        return bool(low - reach <= x and (x <= high + reach or high >= np.log(SATURATING_BYTES)))
 
     def estimate(self, nbytes: int) -> int:
         if nbytes <= 0:
@@ -329,13 +346,14 @@ class KernelTable:
         work = matmul_work(spec.dims)
         pool = self._pools.get(("bmm", spec.dtype)) if batched else None
         if pool is not None:
-            return Estimate(pool.estimate(_log2([batch, m, n, k]), spec.variant, work), False) \
-                if self._reaches(pool, work) else None
+            features = _log2([batch, m, n, k])
+            return Estimate(pool.estimate(features, spec.variant, work), False) \
+                if self._pool_reaches(pool, work, features) else None
         pool = self._pools.get(("mm", spec.dtype))
-        work = matmul_work((1, batch * m, n, k))
-        if pool is None or not self._reaches(pool, work):
+        work, features = matmul_work((1, batch * m, n, k)), _log2([batch * m, n, k])
+        if pool is None or not self._pool_reaches(pool, work, features):
             return None
-        return Estimate(pool.estimate(_log2([batch * m, n, k]), spec.variant, work), False)
+        return Estimate(pool.estimate(features, spec.variant, work), False)
 
     def _attention(self, spec: KernelSpec, backward: bool) -> Estimate | None:
         causal = spec.variant == "causal"
@@ -345,11 +363,10 @@ class KernelTable:
             return Estimate(exact, True)
         pool = (self._pools.get(("sdpa", direction, BACKEND_OF_DEFAULT_SDPA))
                 or self._pools.get(("sdpa", direction, "flash")))
-        work = attention_work(spec.dims, causal, backward)
-        if pool is None or not self._reaches(pool, work):
+        work, features = attention_work(spec.dims, causal, backward), _attention_features(spec.dims)
+        if pool is None or not self._pool_reaches(pool, work, features):
             return None
-        return Estimate(pool.estimate(_attention_features(spec.dims), spec.variant, work),
-                        False)
+        return Estimate(pool.estimate(features, spec.variant, work), False)
 
     def _by_rate(self, key: tuple[str, ...], spec: KernelSpec,
                  features: np.ndarray) -> Estimate | None:
@@ -359,7 +376,7 @@ class KernelTable:
         if exact is not None:
             return Estimate(exact, True)
         pool = self._pools.get(key)
-        if pool is None or spec.flops <= 0 or not self._reaches(pool, spec.flops):
+        if pool is None or spec.flops <= 0 or not self._pool_reaches(pool, spec.flops, features):
             return None
         return Estimate(pool.estimate(features, spec.variant, spec.flops), False)
 
@@ -372,12 +389,12 @@ class KernelTable:
         if exact is not None:
             return Estimate(exact, True)
         curve = self._curves.get((op, spec.dtype)) or self._curves.get((op, ""))
-        if curve is None or not self._reaches(curve, spec.bytes):
+        if curve is None or not (self.extrapolate or curve.reaches(spec.bytes)):
             return None
         return Estimate(curve.estimate(spec.bytes), False)
 
-    def _reaches(self, rows: _RatePool | _BytesCurve, work: int) -> bool:
-        return self.extrapolate or rows.reaches(work)
+    def _pool_reaches(self, pool: _RatePool, work: int, features: np.ndarray) -> bool:
+        return self.extrapolate or pool.reaches(work, features)
 
 
 def _log2(values: list[int]) -> np.ndarray:
