@@ -1,7 +1,7 @@
-"""`phantora-ns3 diff` on every stored multi-GPU trace: where each simulated step differs from
-the real one, in one table.
+"""`phantora-ns3 diff` on every stored trace: where each simulated step differs from the real
+one, in one table.
 
-For each run under ``scripts/data/traces/<machine>/`` with several ranks and a matching accuracy
+For each run under ``scripts/data/traces/<machine>/`` with a matching accuracy
 scenario (``scenarios/accuracy/<machine>-<run>.yaml``), the scenario's simulated run is taken
 from ``out/validate_accuracy/<machine>-<run>/`` (``validate_accuracy.py`` writes it; missing
 ones are simulated here) and diffed against the traces. Printed per case:
@@ -41,12 +41,12 @@ COMMUNICATION, IDLE = "communication", "idle"
 
 
 def cases(only: str | None) -> list[tuple[str, list[Path]]]:
-    """(case name, its rank traces) of every stored run with several ranks and a scenario."""
+    """(case name, its rank traces) of every stored run with a scenario."""
     found = []
     for folder in sorted(p for p in TRACES.glob("*/*") if p.is_dir()):
         ranks = sorted(folder.glob("rank*.json.gz"), key=lambda p: int(p.name[4:-8]))
         name = folder.name.replace("_", "-", 1)
-        if len(ranks) > 1 and (ACCURACY / f"{name}.yaml").exists() \
+        if ranks and (ACCURACY / f"{name}.yaml").exists() \
                 and (only is None or re.search(only, name)):
             found.append((name, ranks))
     return found
