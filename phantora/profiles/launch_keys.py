@@ -229,7 +229,9 @@ def _attention(name: str, op: str, args: list[Argument]) -> KernelSpec:
     causal = _flag(args, causal_at)
     backward = op.endswith("_backward")
     tensors = [t for t in args if isinstance(t, Tensor)]
-    written = tensors[1:4] if backward else [query.like()]
+    # the gradients of query, key and value; or the output and its log-sum-exp per row
+    written = tensors[1:4] if backward else [query.like(),
+                                            dense((batch, heads, seq_q), ("fp32", 4))]
     return KernelSpec(name, attention_flops(dims, causal, backward),
                       sum(t.nbytes for t in tensors + written), query.dtype, dims,
                       "causal" if causal else "full")

@@ -16,6 +16,7 @@ class TraceBuilder:
 
     rank: int | None = 0
     world_size: int | None = 1
+    device_name: str = "NVIDIA H200"
     events: list[dict[str, Any]] = field(default_factory=list)
     _correlation: int = 0
 
@@ -45,7 +46,7 @@ class TraceBuilder:
         info = ({} if self.rank is None else
                 {"distributedInfo": {"backend": "nccl", "rank": self.rank,
                                      "world_size": self.world_size}})
-        return {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H200"}],
+        return {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": self.device_name}],
                 **info, "baseTimeNanoseconds": 1_700_000_000_000_000_000,
                 "traceEvents": self.events}
 
