@@ -26,6 +26,9 @@ SCHEMA_VERSION = 1
 MIN_GEMM_OVERLAP = 0.5
 """Share of the real traces' distinct matrix-product shapes (op, FLOPs) the simulated run must
 also have run; below it the trace is of another script or other shapes."""
+ROUTED_SHAPES = 3
+"""Distinct sizes of one dimension of otherwise equal products from which their shapes are taken
+to follow the data (a learned router's token counts), not the script's configuration."""
 TOP_DIVERGENCES = 10
 IDLE_BUCKET = "GPU idle"
 
@@ -280,15 +283,36 @@ def _check_shapes(traces: Sequence[RankTrace], run: SimulatedRun) -> None:
         raise ProfileError(f"{traces[0].path}: no matrix product with recorded shapes, the run "
                            f"{run.path} has {len(run.gemm_keys)}: recorded without "
                            f"record_shapes=True, or another script; {RECORD_HINT}")
-    missing = [key for key in examples if key not in run.gemm_keys]
-    share = 1 - len(missing) / len(examples)
+    routed = _token_routed(examples)
+    checked = [key for key in examples if key not in routed] or list(examples)
+    missing = [key for key in checked if key not in run.gemm_keys]
+    share = 1 - len(missing) / len(checked)
     if share < MIN_GEMM_OVERLAP:
         shown = "; ".join(f"{op} {' x '.join(map(str, examples[(op, flops)]))}"
                           for op, flops in missing[:3])
         raise ProfileError(
-            f"{traces[0].path}: only {share:.0%} of the traces' {len(examples)} matrix-product "
+            f"{traces[0].path}: only {share:.0%} of the traces' {len(checked)} matrix-product "
             f"shapes occur in the run {run.path} (at least {MIN_GEMM_OVERLAP:.0%} needed): "
             f"another script, model or batch size; not simulated, e.g. {shown}")
+
+
+def _token_routed(examples: dict[tuple[str, int], tuple[Any, ...]]) -> set[tuple[str, int]]:
+    """Products whose shapes depend on the data: the same operands but for one dimension (and
+    its copies: a contraction dimension appears in both operands) that takes at least
+    :data:`ROUTED_SHAPES` values, as the token count of each expert of a learned MoE router
+    does. Their shapes follow the routing, which a simulation draws its own way, so the shape
+    check leaves them out."""
+    values: dict[tuple[Any, ...], set[int]] = {}
+    signatures: dict[tuple[str, int], list[tuple[Any, ...]]] = {}
+    for key, operands in examples.items():
+        dims = tuple(d for operand in operands for d in operand)
+        for position, value in enumerate(dims):
+            masked = tuple(None if d == value else d for d in dims)
+            signature = (key[0], position, masked)
+            values.setdefault(signature, set()).add(value)
+            signatures.setdefault(key, []).append(signature)
+    return {key for key, found in signatures.items()
+            if any(len(values[signature]) >= ROUTED_SHAPES for signature in found)}
 
 
 def divergences(real: StepMetrics, sim: StepMetrics,

@@ -132,6 +132,15 @@ def _kernels(rank: int, records: list[dict[str, Any]],
                            start + _ns(event["dur"]), record["t_ns"], gemm=gemm)
 
 
+def _kind(record: dict[str, Any]) -> str:
+    """The collective's op as a real trace names it: a rank issues every all-to-all given
+    splits as ``all_to_allv``, where PyTorch's trace says ``all_to_all`` for even ones."""
+    splits = record.get("splits") or []
+    if record["kind"] == "all_to_allv" and splits and len(set(splits)) == 1:
+        return "all_to_all"
+    return record["kind"]
+
+
 def _collectives(rank: int, records: list[dict[str, Any]],
                  spans: dict[tuple[int, Any, Any, str, tuple[int, ...]], dict[str, Any]]
                  ) -> Iterable[Activity]:
@@ -143,7 +152,7 @@ def _collectives(rank: int, records: list[dict[str, Any]],
         if event is None:
             continue  # issued but never completed (a run stopped by an error)
         start = _ns(event["ts"])
-        key = (record["kind"], int(record["bytes"]))
+        key = (_kind(record), int(record["bytes"]))
         end = start + _ns(event["dur"])
         transfer = (event.get("args") or {}).get("transfer_start_ns")
         yield Activity("communication", collective_bucket(key), start, end, record["t_ns"],

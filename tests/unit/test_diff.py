@@ -239,3 +239,25 @@ def test_the_command_prints_and_writes_diff_json(tmp_path: Path,
     assert main(["diff", str(other), str(run_dir)]) == 1
     assert "a trace of 2 ranks" in capsys.readouterr().out
     assert not (run_dir / "diff.json").exists()
+
+
+def test_products_whose_shapes_follow_the_routing_are_left_out_of_the_shape_check() -> None:
+    from phantora.diff.compare import _token_routed
+    dense = {("aten::mm", 2 * 4096 * 1024 * 1024): ((4096, 1024), (1024, 1024))}
+    experts = {("aten::mm", 2 * m * 1024 * 2816): ((m, 1024), (1024, 2816))
+               for m in (7213, 9555, 10042)}
+    grad_weights = {("aten::mm", 2 * m * 1024 * 2816): ((1024, m), (m, 2816))
+                    for m in (7000, 8000)}
+    routed = _token_routed({**dense, **experts, **grad_weights})
+    assert set(experts) <= routed
+    assert not set(dense) & routed
+    assert not set(grad_weights) & routed  # two sizes only: not enough to call them routed
+    batch_change = {("aten::mm", 2 * m * 768 * 768): ((m, 768), (768, 768)) for m in (8192,)}
+    assert not _token_routed(batch_change)
+
+
+def test_an_even_all_to_allv_is_named_all_to_all_as_the_real_trace_names_it() -> None:
+    from phantora.diff.simulated import _kind
+    assert _kind({"kind": "all_to_allv", "splits": [8, 8, 8, 8]}) == "all_to_all"
+    assert _kind({"kind": "all_to_allv", "splits": [8, 16, 8, 8]}) == "all_to_allv"
+    assert _kind({"kind": "all_to_all", "splits": None}) == "all_to_all"
