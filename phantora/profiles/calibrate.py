@@ -13,10 +13,11 @@ kernels are left out (the simulator has its own models of both), and so are call
 cannot key (tensor-list arguments: the optimizers' ``_foreach_``/``_fused_`` ops, ``cat``) and
 kernels no aten op launched (a compiled graph's Triton kernels, CUDA graph replays): the
 roofline fitted to the rows (:meth:`EfficiencyCurves.fit`) costs those. Its memory curve is
-fitted to the streaming rows alone (element-wise ops and copies, :data:`STREAMING_OPS`): a
-roofline is what an op that only moves its bytes achieves; norms, reductions, gathers and
-scatters run below it (a batch norm at a fifth of the HBM rate, an ``nll_loss_backward`` that
-skips its input above it) and pull a median over all rows off that.
+the typical op's share of the HBM rate per size: the median over ops (one row each per power of
+two of bytes), not over rows, so that a model with many distinct batch-norm shapes does not
+make every op as slow as a batch norm; rows faster than the HBM rate (an ``nll_loss_backward``,
+which skips an input its bytes count, or data served from L2) say nothing of it and are left
+out of the fit.
 """
 
 import math
@@ -36,16 +37,13 @@ from phantora.compute.table import KernelTable, MeasuredRow, conv_pass
 from phantora.errors import ProfileError
 from phantora.profiles.families import HOST_TRANSFERS
 from phantora.profiles.kineto import RECORD_HINT, KernelEvent, RankTrace
-from phantora.profiles.launch_keys import POINTWISE, dispatched_call, launch_spec
+from phantora.profiles.launch_keys import dispatched_call, launch_spec
 
 SECTIONS: dict[Family, str] = {
     Family.MATMUL: "matmul", Family.ATTENTION_FWD: "attention",
     Family.ATTENTION_BWD: "attention", Family.CONV: "conv",
     Family.GROUPED_MATMUL: "grouped", Family.OTHER: "memory"}
 """The table section a launch of each family is a row of."""
-
-STREAMING_OPS = POINTWISE | frozenset({"_to_copy", "copy", "clone", "fill", "zero"})
-"""Memory-bound ops that stream their bytes once: the rows the memory roofline is fitted to."""
 
 TOP_LEFT_OUT = 8
 """Ops listed per trace whose GPU time no row holds (most time first)."""
@@ -208,12 +206,12 @@ def _shape(spec: KernelSpec) -> dict[str, Any]:
 
 def _fit(rows: Sequence[dict[str, Any]], gpu: GpuSpec,
          traces: Sequence[RankTrace]) -> EfficiencyCurves:
-    """The roofline's efficiency curves fitted to the FLOP-bound and the streaming rows;
-    :class:`ProfileError` where there are none of either."""
-    table = KernelTable([MeasuredRow.parse(row) for row in _typical_memory_rows(rows)])
+    """The roofline's efficiency curves fitted to the FLOP-bound rows and the typical
+    memory-bound op; :class:`ProfileError` where there are none of either."""
+    table = KernelTable([MeasuredRow.parse(row) for row in _typical_memory_rows(rows, gpu)])
     sections = {row.section for row in table.rows}
     missing = [what for what, kinds in (("matrix products or attention", {"matmul", "attention"}),
-                                        ("element-wise ops or copies", MEMORY_SECTIONS))
+                                        ("memory-bound ops", MEMORY_SECTIONS))
                if not sections & kinds]
     if missing:
         raise ProfileError(f"{', '.join(str(t.path) for t in traces)}: the traces hold no "
@@ -224,16 +222,18 @@ def _fit(rows: Sequence[dict[str, Any]], gpu: GpuSpec,
 
 
 
-def _typical_memory_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def _typical_memory_rows(rows: Sequence[dict[str, Any]],
+                         gpu: GpuSpec) -> list[dict[str, Any]]:
     """The rows with the memory-bound ones thinned to one per op and power of two of bytes
-    (the op's median achieved bandwidth there), so the fit's median per size is over ops."""
+    (the op's median achieved bandwidth there), so the fit's median per size is over ops;
+    those faster than ``gpu``'s HBM rate left out."""
     kept: list[dict[str, Any]] = []
     memory: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
-        if row["section"] in MEMORY_SECTIONS:
-            memory[(row["aten_ops"], round(math.log2(max(row["bytes"], 1))))].append(row)
-        else:
+        if row["section"] not in MEMORY_SECTIONS:
             kept.append(row)
+        elif row["gbs"] <= gpu.hbm_gbs:
+            memory[(row["aten_ops"], round(math.log2(max(row["bytes"], 1))))].append(row)
     for group in memory.values():
         group.sort(key=lambda row: row["gbs"])
         kept.append(group[len(group) // 2])
