@@ -28,7 +28,6 @@ import statistics
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 

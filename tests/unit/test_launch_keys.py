@@ -6,7 +6,6 @@ Kineto reader with :mod:`phantora.profiles.launch_keys` must give the
 gives for the same call: op, FLOPs, bytes, dtype, dims, variant."""
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -173,20 +172,22 @@ def test_a_traced_call_is_keyed_as_the_rank_side_keys_it(
         assert spec.bytes == expected.bytes
 
 
-def test_the_simulator_names_a_kernel_by_the_outermost_op_it_dispatches() -> None:
-    def call(name: str) -> OpCall:
-        return OpCall(name)
+def _chain(*names: str) -> list[OpCall]:
+    """Op calls enclosing a launch, innermost first, without their inputs."""
+    return [OpCall(name) for name in names]
 
-    chain: Callable[..., list[OpCall]] = lambda *names: [call(n) for n in names]  # noqa: E731
-    assert dispatched_call(chain("aten::copy_", "aten::_to_copy", "aten::to")).name == \
-        "aten::_to_copy"
-    assert dispatched_call(chain("aten::mm", "aten::matmul", "aten::linear")).name == "aten::mm"
-    assert dispatched_call(chain("aten::fill_", "aten::zero_", "aten::zeros")).name == \
-        "aten::zeros"
-    assert dispatched_call(chain("aten::cudnn_convolution", "aten::_convolution",
-                                 "aten::convolution", "aten::conv2d")).name == \
-        "aten::convolution"
-    assert dispatched_call(chain("aten::weird_op")).name == "aten::weird_op"
+
+def test_the_simulator_names_a_kernel_by_the_outermost_op_it_dispatches() -> None:
+    assert dispatched_call(_chain("aten::copy_", "aten::_to_copy", "aten::to")) == \
+        OpCall("aten::_to_copy")
+    assert dispatched_call(_chain("aten::mm", "aten::matmul", "aten::linear")) == \
+        OpCall("aten::mm")
+    assert dispatched_call(_chain("aten::fill_", "aten::zero_", "aten::zeros")) == \
+        OpCall("aten::zeros")
+    assert dispatched_call(_chain("aten::cudnn_convolution", "aten::_convolution",
+                                  "aten::convolution", "aten::conv2d")) == \
+        OpCall("aten::convolution")
+    assert dispatched_call(_chain("aten::weird_op")) == OpCall("aten::weird_op")
     assert dispatched_call([]) is None
 
 
