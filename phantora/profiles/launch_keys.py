@@ -104,7 +104,7 @@ class Tensor:
         shape = tuple(self.shape if shape is None else shape)
         name, size = (self.dtype, self.itemsize) if dtype is None else dtype
         if len(shape) == 4 and self.channels_last() and not self.contiguous():
-            n, c, h, w = shape
+            _, c, h, w = shape
             return Tensor(shape, (h * w * c, 1, w * c, c), name, size)
         return dense(shape, (name, size))
 
@@ -158,7 +158,7 @@ def _known(name: str) -> bool:
 def launch_spec(call: OpCall) -> KernelSpec | None:
     """The launch as the compute model keys it; None where the trace cannot tell its bytes."""
     try:
-        args = arguments(call)
+        args = _arguments(call)
         op = call.name.rsplit("::", 1)[-1].split(".", 1)[0]
         base = base_name(call.name)
         if base in MATMUL_OPS:
@@ -174,7 +174,7 @@ def launch_spec(call: OpCall) -> KernelSpec | None:
         return None
     if outputs is None:
         return None
-    tensors = [a for a in args if isinstance(a, Tensor)]
+    tensors = _tensors(args)
     read = tensors[1:] if base in WRITE_ONLY_DESTINATION or base in GATHERS else tensors
     nbytes = sum(t.nbytes for t in read) + sum(t.nbytes for t in outputs)
     gathered = GATHERS.get(base)
@@ -184,7 +184,7 @@ def launch_spec(call: OpCall) -> KernelSpec | None:
                       variant=STRIDED if _strided(tensors, outputs) else "")
 
 
-def arguments(call: OpCall) -> list[Argument]:
+def _arguments(call: OpCall) -> list[Argument]:
     """Each recorded input as a :class:`Tensor`, its text or None; :class:`_Unknowable` for a
     tensor list (recorded without shapes)."""
     found: list[Argument] = []
@@ -215,7 +215,7 @@ def _matmul(name: str, base: str, args: list[Argument]) -> KernelSpec:
                              a.shape[-1])
     layout = ("n" if a.strides[-1] == 1 else "t") + ("n" if b.strides[-1] == 1 else "t")
     out = dense((batch, m, n) if len(a.shape) == 3 else (m, n), (a.dtype, a.itemsize))
-    nbytes = sum(t.nbytes for t in args if isinstance(t, Tensor)) + out.nbytes
+    nbytes = _read(args) + out.nbytes
     return KernelSpec(name, 2 * batch * m * n * k, nbytes, a.dtype, dims, layout)
 
 
@@ -228,7 +228,7 @@ def _attention(name: str, op: str, args: list[Argument]) -> KernelSpec:
     dims = (batch, heads, key.shape[1], seq_q, key.shape[2], head_dim)
     causal = _flag(args, causal_at)
     backward = op.endswith("_backward")
-    tensors = [t for t in args if isinstance(t, Tensor)]
+    tensors = _tensors(args)
     # the gradients of query, key and value; or the output and its log-sum-exp per row
     written = tensors[1:4] if backward else [query.like(),
                                             dense((batch, heads, seq_q), ("fp32", 4))]
@@ -264,7 +264,7 @@ def _convolution(name: str, op: str, args: list[Argument]) -> KernelSpec:
     layout = "nhwc" if any(t.channels_last() and not t.contiguous() for t in (x, weight)) \
         else "nchw"
     dims = (x.shape[0], x.shape[1], weight.shape[0], x.shape[2], weight.shape[2], stride[0])
-    nbytes = sum(t.nbytes for t in args if isinstance(t, Tensor)) + sum(
+    nbytes = _read(args) + sum(
         t.nbytes for t in written)
     return KernelSpec(name, flops, nbytes, x.dtype, dims, layout)
 
@@ -282,7 +282,7 @@ def _grouped(name: str, args: list[Argument]) -> KernelSpec:
         k, n = a.shape[-1], b.shape[-1]
         variant = "fwd" if b.strides[-1] != 1 else "dgrad"
         out = dense((rows, n), (a.dtype, a.itemsize))
-    nbytes = sum(t.nbytes for t in args if isinstance(t, Tensor)) + out.nbytes
+    nbytes = _read(args) + out.nbytes
     return KernelSpec(name, 2 * rows * n * k, nbytes, a.dtype, (groups, rows, n, k), variant)
 
 
@@ -314,7 +314,7 @@ def _outputs(op: str, base: str, args: list[Argument]) -> list[Tensor] | None:
 
 
 def _pointwise(base: str, args: list[Argument]) -> Tensor:
-    tensors = [a for a in args if isinstance(a, Tensor)]
+    tensors = _tensors(args)
     if not tensors:
         raise _Unknowable(base)
     shape = _broadcast([t.shape for t in tensors])
@@ -597,6 +597,15 @@ def _window(size: int, kernel: int, stride: int, padding: int, dilation: int,
 
 
 # -- reading recorded arguments -----------------------------------------------------------------
+
+def _tensors(args: list[Argument]) -> list[Tensor]:
+    return [a for a in args if isinstance(a, Tensor)]
+
+
+def _read(args: list[Argument]) -> int:
+    """Bytes of every tensor argument: what a product, attention or convolution reads."""
+    return sum(t.nbytes for t in _tensors(args))
+
 
 def _tensor(args: list[Argument], position: int) -> Tensor:
     value = args[position] if position < len(args) else None
