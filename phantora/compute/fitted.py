@@ -15,8 +15,11 @@ catalogue's one compute figure), so fp32 without TF32 comes out ~15x slower, as 
 
 Curves fitted from a calibration (``phantora-ns3 calibrate``) may lack a kind the traces did not
 run: a missing matmul dtype takes bf16's (else any dtype's), a missing attention direction the
-other's (else the bf16 matmul curve), so any FLOP-bound row fits all FLOP-bound kernels. The
-curves are saved with the calibration (:meth:`EfficiencyCurves.to_dict`).
+other's (else the bf16 matmul curve), so any FLOP-bound row fits all FLOP-bound kernels. Such
+a calibration also has no rows of the kernels Inductor generates (a trace gives no bytes for
+them): its generated element-wise kernels take the curve of the eager ops that only stream
+their bytes (``streaming``) rather than the typical op's. The curves are saved with the
+calibration (:meth:`EfficiencyCurves.to_dict`).
 """
 
 from dataclasses import dataclass
@@ -25,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from phantora.cluster.catalogue import GpuSpec
+from phantora.compute.ops import base_name
 from phantora.compute.table import KernelTable, attention_flops, matmul_flops
 
 
@@ -73,12 +77,19 @@ class EfficiencyCurves:
     """The fastest kernel in the table: what any kernel costs at least."""
     source: str
     """Which GPU's table the curves come from."""
+    streaming: _Curve | None = None
+    """Share of the HBM bandwidth of ops that only stream their bytes, for the element-wise
+    kernels Inductor generates; ``None``: :attr:`memory` (a table with rows of those kernels)."""
 
     @classmethod
-    def fit(cls, table: KernelTable, measured_on: GpuSpec) -> "EfficiencyCurves":
+    def fit(cls, table: KernelTable, measured_on: GpuSpec,
+            streaming_ops: frozenset[str] = frozenset()) -> "EfficiencyCurves":
+        """The curves of ``table``'s rows measured on ``measured_on``; ``streaming_ops``: the
+        memory-bound ops (base names) that fit :attr:`streaming` too (none: no such curve)."""
         matmul: dict[str, tuple[list[float], list[float]]] = {}
         attention: dict[str, tuple[list[float], list[float]]] = {}
         memory: tuple[list[float], list[float]] = ([], [])
+        streaming: tuple[list[float], list[float]] = ([], [])
         peak_flop_per_ns = measured_on.bf16_tflops * 1e3
         for row in table.rows:
             if not row.cold:
@@ -92,11 +103,15 @@ class EfficiencyCurves:
                 _append(attention.setdefault("bwd" if row.backward else "fwd", ([], [])), flops,
                         flops / row.time_ns / peak_flop_per_ns)
             elif row.section in MEMORY_SECTIONS and "+" not in row.aten_ops:
-                _append(memory, row.bytes, row.bytes / row.time_ns / measured_on.hbm_gbs)
+                efficiency = row.bytes / row.time_ns / measured_on.hbm_gbs
+                _append(memory, row.bytes, efficiency)
+                if base_name(row.aten_ops) in streaming_ops:
+                    _append(streaming, row.bytes, efficiency)
         floor_ns = round(min(row.time_ns for row in table.rows))
         return cls({dtype: _Curve.fit(*points) for dtype, points in matmul.items()},
                    {direction: _Curve.fit(*points) for direction, points in attention.items()},
-                   _Curve.fit(*memory), floor_ns, measured_on.name)
+                   _Curve.fit(*memory), floor_ns, measured_on.name,
+                   _Curve.fit(*streaming) if streaming[0] else None)
 
     def compute_ns(self, flops: int, dtype: str, gpu: GpuSpec) -> int:
         """A matrix product (or any FLOP-bound kernel) of ``flops`` in ``dtype``."""
@@ -115,9 +130,11 @@ class EfficiencyCurves:
             curve = self.matmul[min(self.matmul)]
         return curve or self.attention.get("fwd") or self.attention["bwd"]
 
-    def memory_ns(self, nbytes: int, gpu: GpuSpec) -> int:
-        """A kernel bound by moving ``nbytes`` through HBM."""
-        return self._at_least_floor(nbytes / (gpu.hbm_gbs * self.memory(nbytes)))
+    def memory_ns(self, nbytes: int, gpu: GpuSpec, streaming: bool = False) -> int:
+        """A kernel bound by moving ``nbytes`` through HBM; ``streaming``: one that only streams
+        them (a generated element-wise kernel)."""
+        curve = self.streaming if streaming and self.streaming is not None else self.memory
+        return self._at_least_floor(nbytes / (gpu.hbm_gbs * curve(nbytes)))
 
     def _at_least_floor(self, duration_ns: float) -> int:
         return max(self.floor_ns, round(duration_ns))
@@ -127,13 +144,15 @@ class EfficiencyCurves:
         return {"source": self.source, "floor_ns": self.floor_ns,
                 "matmul": {dtype: curve.to_dict() for dtype, curve in self.matmul.items()},
                 "attention": {d: curve.to_dict() for d, curve in self.attention.items()},
-                "memory": self.memory.to_dict()}
+                "memory": self.memory.to_dict(),
+                "streaming": None if self.streaming is None else self.streaming.to_dict()}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "EfficiencyCurves":
         return cls({dtype: _Curve.from_dict(c) for dtype, c in data["matmul"].items()},
                    {d: _Curve.from_dict(c) for d, c in data["attention"].items()},
-                   _Curve.from_dict(data["memory"]), int(data["floor_ns"]), str(data["source"]))
+                   _Curve.from_dict(data["memory"]), int(data["floor_ns"]), str(data["source"]),
+                   _Curve.from_dict(data["streaming"]) if data.get("streaming") else None)
 
 
 def _append(points: tuple[list[float], list[float]], work: float, efficiency: float) -> None:

@@ -24,6 +24,11 @@ MEASURED_DTYPES = ("bf16", "fp32")
 """The dtypes the Triton rows were measured in; a kernel of another is costed as bf16."""
 
 
+def is_pointwise(name: str) -> bool:
+    """Whether a launch named ``name`` is a generated element-wise kernel."""
+    return name == f"{NAMESPACE}::{POINTWISE}"
+
+
 def generated_kernel(nbytes: int, numel: int, rnumel: int, dtype: str) -> KernelSpec:
     """One generated kernel that moves ``nbytes`` over ``numel`` outer elements, reducing
     ``rnumel`` elements into each (1: element-wise), mostly in ``dtype``."""

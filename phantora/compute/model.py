@@ -29,6 +29,7 @@ from phantora.calibration.gpu import HOST_LINK_GBS
 from phantora.calibration.tables import KERNEL_TABLES
 from phantora.cluster.catalogue import CATALOGUE, GpuSpec, lookup_gpu
 from phantora.compute.calibrated import Calibration
+from phantora.compute import inductor
 from phantora.compute.fitted import EfficiencyCurves
 from phantora.compute.ops import is_memory_bound
 from phantora.compute.spec import Family, KernelSpec
@@ -148,7 +149,7 @@ class ComputeModel:
             flops = attention_flops(spec.dims, spec.variant == "causal", backward)
             return KernelCost(curves.attention_ns(flops, backward, gpu), sources.roofline)
         # convolutions and grouped GEMMs without rows fall to the matmul curve of their FLOPs
-        memory_ns = curves.memory_ns(spec.bytes, gpu)
+        memory_ns = curves.memory_ns(spec.bytes, gpu, streaming=inductor.is_pointwise(spec.name))
         if spec.flops > 0:
             return KernelCost(max(memory_ns, curves.compute_ns(spec.flops, spec.dtype, gpu)),
                               sources.roofline)

@@ -17,7 +17,8 @@ the typical op's share of the HBM rate per size: the median over ops (one row ea
 two of bytes), not over rows, so that a model with many distinct batch-norm shapes does not
 make every op as slow as a batch norm; rows faster than the HBM rate (an ``nll_loss_backward``,
 which skips an input its bytes count, or data served from L2) say nothing of it and are left
-out of the fit.
+out of the fit. The element-wise kernels Inductor generates, which no trace gives bytes of,
+take the curve of the ops that only stream their bytes (:data:`STREAMING_OPS`).
 """
 
 import math
@@ -37,13 +38,17 @@ from phantora.compute.table import KernelTable, MeasuredRow, conv_pass
 from phantora.errors import ProfileError
 from phantora.profiles.families import HOST_TRANSFERS
 from phantora.profiles.kineto import RECORD_HINT, KernelEvent, RankTrace
-from phantora.profiles.launch_keys import dispatched_call, launch_spec
+from phantora.profiles.launch_keys import POINTWISE, dispatched_call, launch_spec
 
 SECTIONS: dict[Family, str] = {
     Family.MATMUL: "matmul", Family.ATTENTION_FWD: "attention",
     Family.ATTENTION_BWD: "attention", Family.CONV: "conv",
     Family.GROUPED_MATMUL: "grouped", Family.OTHER: "memory"}
 """The table section a launch of each family is a row of."""
+
+STREAMING_OPS = POINTWISE | frozenset({"_to_copy", "copy", "clone", "fill", "zero"})
+"""Memory-bound ops that only stream their bytes: what the roofline takes the element-wise
+kernels Inductor generates for (:attr:`EfficiencyCurves.streaming`)."""
 
 TOP_LEFT_OUT = 8
 """Ops listed per trace whose GPU time no row holds (most time first)."""
@@ -218,7 +223,7 @@ def _fit(rows: Sequence[dict[str, Any]], gpu: GpuSpec,
                            f"{' and no '.join(missing)} with recorded shapes, so the roofline "
                            "for what they lack cannot be fitted; add a trace of a script that "
                            "runs them")
-    return EfficiencyCurves.fit(table, gpu)
+    return EfficiencyCurves.fit(table, gpu, STREAMING_OPS)
 
 
 

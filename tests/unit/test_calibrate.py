@@ -157,6 +157,11 @@ def test_kernels_are_costed_from_the_calibration_first_then_its_roofline(
     assert model.cost(KernelSpec("aten::gelu", 0, 1 << 26, "bf16")).source is \
         CostSource.CALIBRATED_ROOFLINE
     assert CostSource.CALIBRATED.from_table and not CostSource.CALIBRATED_ROOFLINE.from_table
+    # Inductor's element-wise kernels (no rows from a trace): at the streaming ops' rate
+    generated = KernelSpec("inductor::triton_pointwise", 0, 1 << 26, "bf16")
+    assert model.curves.streaming is not None
+    assert model.cost(generated).duration_ns == model.curves.memory_ns(1 << 26, H100,
+                                                                       streaming=True)
 
 
 def test_another_gpu_moves_each_kernels_roofline_bound_by_the_spec_sheets(
