@@ -127,7 +127,7 @@ def _calls(trace: RankTrace) -> list[tuple[KernelSpec | None, int, str]]:
     grouped: dict[Any, list[KernelEvent]] = defaultdict(list)
     for kernel in trace.kernels:
         call = dispatched_call(kernel.calls)
-        if call is not None:
+        if call is not None:  # a trace without External ids: each kernel a call of its own
             grouped[call.external_id if call.external_id is not None
                     else ("kernel", kernel.correlation)].append(kernel)
     found = []
