@@ -20,6 +20,7 @@ from phantora.collectives.chunking import split_even
 from phantora.collectives.comm import Comm
 from phantora.collectives.config import Protocol
 from phantora.collectives.search import Graphs
+from phantora.collectives.system import SystemInfo
 from phantora.collectives.writer import FlowWriter
 from phantora.network.base import GpuId
 
@@ -89,6 +90,16 @@ def p2p_transfers(writer_for: Callable[[Protocol, int], FlowWriter], comm: Comm,
             writer_for(protocol, channels).send(src, dst, payload, tag=part)
     largest = max(planned, key=lambda plan: plan[2], default=None)
     return Protocol.SIMPLE if largest is None else largest[3]
+
+
+def nvlink_sharing(system: SystemInfo, transfers: Sequence[tuple[GpuId, GpuId, int]]) -> int:
+    """How many transfers of a group leave one GPU over NVLink at once, at most (1 or more):
+    they share its link, so each CTA limit applies to a share of the line rate."""
+    leaving: dict[GpuId, int] = {}
+    for src, dst, nbytes in transfers:
+        if nbytes > 0 and system.host_of(src) == system.host_of(dst):
+            leaving[src] = leaving.get(src, 0) + 1
+    return max(leaving.values(), default=1)
 
 
 def pair_bytes(ranks: tuple[GpuId, ...], nbytes: int,

@@ -12,7 +12,7 @@ from phantora.collectives.comm import Comm
 from phantora.collectives.config import Algorithm, NcclConfig, Protocol
 from phantora.collectives.dag import FlowDag
 from phantora.collectives.nvls import nvls_all_reduce
-from phantora.collectives.p2p import p2p_transfers, pair_bytes
+from phantora.collectives.p2p import nvlink_sharing, p2p_transfers, pair_bytes
 from phantora.collectives.request import CollectiveOp, CollectiveRequest
 from phantora.collectives.ring import ring_chain, ring_collective
 from phantora.collectives.search import search_graphs
@@ -124,7 +124,17 @@ def _plan_p2p(request: CollectiveRequest, comm: Comm, model: TuningModel, config
               calibration: Calibration) -> FlowDag:
     """send_recv and all_to_all(v): direct transfers, LL or Simple each by its size."""
     dag = FlowDag(algorithm="p2p", channels=model.graphs.coll_channels)
-    line_gbs = comm.system.nvlink_gbps / 8.0
+    grouped = request.op is not CollectiveOp.SEND_RECV
+    duty = calibration.grouped_p2p_duty if grouped else 1.0
+    if not grouped:
+        src, dst = request.ranks
+        transfers = [(src, dst, request.nbytes)]
+    else:
+        transfers = pair_bytes(request.ranks, request.nbytes, request.splits,
+                               request.dtype_bytes)
+    # A transfer's CTAs cap its own rate, not the link's: where k transfers leave one GPU over
+    # NVLink together, each has a k-th of the link, and its channels cap that share.
+    line_gbs = comm.system.nvlink_gbps / 8.0 / nvlink_sharing(comm.system, transfers)
     writers: dict[tuple[Protocol, int], FlowWriter] = {}
 
     def writer_for(protocol: Protocol, channels: int) -> FlowWriter:
@@ -139,14 +149,6 @@ def _plan_p2p(request: CollectiveRequest, comm: Comm, model: TuningModel, config
                                       model.p2p_latency(), dag)
         return writers[key]
 
-    grouped = request.op is not CollectiveOp.SEND_RECV
-    duty = calibration.grouped_p2p_duty if grouped else 1.0
-    if not grouped:
-        src, dst = request.ranks
-        transfers = [(src, dst, request.nbytes)]
-    else:
-        transfers = pair_bytes(request.ranks, request.nbytes, request.splits,
-                               request.dtype_bytes)
     dag.protocol = p2p_transfers(writer_for, comm, model.graphs, transfers,
                                  config.flow_budget).value
     return dag

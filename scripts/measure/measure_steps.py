@@ -45,6 +45,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 
 import yaml
@@ -469,15 +470,17 @@ class Result:
     reserved_gib: float | None = None
     """Largest ``max_memory_reserved`` printed (logs from before it was printed: None)."""
 
-    @property
+    @cached_property
     def profiled_steps(self) -> range:
         """Steps that ran under the profiler (``profile_run.py``: its warm-up step and the
         recorded ones, whose time includes writing the trace): not step measurements."""
-        words = shlex.split(self.command) if self.command else []
-        if not any(word.endswith(PROFILE_RUNNER.name) for word in words):
+        at = self.command.find(PROFILE_RUNNER.name)
+        if at < 0:
             return range(0)
-        at = words.index("--steps") + 1 if "--steps" in words[:words.index("--")] else None
-        first, last = profile_run.parse_steps(words[at]) if at else profile_run.DEFAULT_STEPS
+        runner_args = self.command[at:].split(" -- ", 1)[0]
+        match = re.search(r"--steps[ =](\d+)(?::(\d+))?", runner_args)
+        first, last = ((int(match[1]), int(match[2] or match[1])) if match
+                       else profile_run.DEFAULT_STEPS)
         return range(first - 1, last + 1)
 
     def read(self, line: str) -> None:
