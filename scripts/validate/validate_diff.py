@@ -10,7 +10,7 @@ ones are simulated here) and diffed against the traces. Printed per case:
 * the collectives' transfer time (each real collective's shortest instance over the ranks,
   which waited for no one), real vs simulated, summed over the step's collectives;
 * collectives whose count per step differs (a different program, not a different speed), and
-  the point-to-point ops' total time (waiting included);
+  the total time (waiting included) of point-to-point ops and of uneven all-to-alls;
 * the largest divergence that is not GPU idle time or a collective's wait.
 
 The profiled step's own length is not compared: the profiler slows the host of each rank by a
@@ -42,6 +42,9 @@ COMMUNICATION, IDLE = "communication", "idle"
 P2P = frozenset({"send", "recv", "send_recv"})
 """Point-to-point ops: NCCL runs a group of them as one kernel, which a real trace cannot
 always split into sends and receives, so they are compared as one total."""
+TOTALLED = {"p2p": P2P, "all_to_allv": frozenset({"all_to_allv"})}
+"""Ops compared as one total per step: point-to-point, and all-to-alls with uneven splits
+(their sizes follow the routing, which the simulation draws its own way)."""
 
 
 def cases(only: str | None) -> list[tuple[str, list[Path]]]:
@@ -92,13 +95,15 @@ def row(name: str, mean: dict[str, Any]) -> str:
                and c["real_mean_transfer_ns"] is not None]
     transfer_real = sum(c["real_count"] * c["real_mean_transfer_ns"] for c in matched)
     transfer_sim = sum(c["real_count"] * c["sim_mean_transfer_ns"] for c in matched)
+    totalled = frozenset().union(*TOTALLED.values())
     mismatched = [f"{c['op']} {c['bytes']}B {c['real_count']:g}/{c['sim_count']:g}"
                   for c in mean["collectives"]
-                  if c["real_count"] != c["sim_count"] and c["op"] not in P2P]
-    p2p = [c for c in mean["collectives"] if c["op"] in P2P]
-    if p2p:
-        mismatched.append("p2p ms " + "/".join(_ms(sum(c[f"{side}_total_ns"] for c in p2p))
-                                               for side in ("real", "sim")))
+                  if c["real_count"] != c["sim_count"] and c["op"] not in totalled]
+    for label, ops in TOTALLED.items():
+        rows = [c for c in mean["collectives"] if c["op"] in ops]
+        if rows:
+            mismatched.append(f"{label} ms " + "/".join(
+                _ms(sum(c[f"{side}_total_ns"] for c in rows)) for side in ("real", "sim")))
     kernel = next((d for d in mean["divergences"]
                    if d["family"] not in (COMMUNICATION, IDLE)), None)
     largest = (f"{d['bucket']} {_ms(d['real_ns'])}/{_ms(d['sim_ns'])}"
