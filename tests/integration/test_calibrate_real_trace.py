@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from phantora.cli import main
-from phantora.profiles.kineto import read_trace
-from phantora.profiles.families import HOST_TRANSFERS
+from scripts.validate.validate_calibration import (simulated_step_kernel_ms,
+                                                   traced_step_kernel_ms)
 from tests.integration.live_examples import ROOT, SCENARIO_DIR
 
 TRACE = ROOT / "scripts" / "data" / "traces" / "h100x1" / "h100x1_ci-h100x1-gpt-single" / \
@@ -20,27 +20,6 @@ CALIBRATED_SOURCES = {"calibrated", "calibrated-interpolated", "calibrated-roofl
                       "unknown-op", "host-transfer"}
 STEP_TOLERANCE = 0.15
 """Largest relative difference of a steady step's summed kernel time from the traced step's."""
-
-
-def _traced_step_kernel_ns() -> int:
-    trace = read_trace(TRACE)
-    start, end = trace.steps[-1]
-    return sum(k.duration_ns for k in trace.kernels
-               if k.launch_ns is not None and start <= k.launch_ns < end
-               and not k.name.startswith(HOST_TRANSFERS))
-
-
-def _simulated_step_kernel_ns(run: Path) -> int:
-    """Kernel time a steady step (the last) launched: the graph's kernels in its span."""
-    summary = json.loads((run / "summary.json").read_text())
-    step = summary["attribution"]["steps"][-1]
-    total = 0
-    for line in (run / "graph" / "rank0.jsonl").read_text().splitlines():
-        record = json.loads(line)
-        if (record["op"] == "kernel" and record["source"] != "host-transfer"
-                and step["start_ns"] <= record["t_ns"] < step["end_ns"]):
-            total += record["duration_ns"]
-    return total
 
 
 def test_a_script_is_simulated_from_its_own_traces_calibration(tmp_path: Path) -> None:
@@ -65,5 +44,5 @@ def test_a_script_is_simulated_from_its_own_traces_calibration(tmp_path: Path) -
     device_ns = sum(t["time_ns"] for s, t in coverage["by_source"].items()
                     if s != "host-transfer")
     assert coverage["by_source"]["calibrated"]["time_ns"] / device_ns > 0.8
-    traced, simulated = _traced_step_kernel_ns(), _simulated_step_kernel_ns(run)
-    assert simulated == pytest.approx(traced, rel=STEP_TOLERANCE)
+    assert simulated_step_kernel_ms(run) == pytest.approx(traced_step_kernel_ms(TRACE),
+                                                          rel=STEP_TOLERANCE)
