@@ -60,10 +60,11 @@ def cases(only: str | None) -> list[tuple[str, list[Path]]]:
 
 
 def run_dir(name: str) -> Path:
-    """The case's simulated run, simulated now where ``validate_accuracy.py`` left none."""
-    existing = RUNS / name
-    if (existing / "summary.json").exists():
-        return existing
+    """The case's simulated run: ``validate_accuracy.py``'s, else one simulated here earlier,
+    else simulated now."""
+    for existing in (RUNS / name, OUT / "runs" / name):
+        if (existing / "summary.json").exists():
+            return existing
     target = OUT / "runs" / name
     subprocess.run(["phantora-ns3", str(ACCURACY / f"{name}.yaml"), "--out", str(target)],
                    check=True, capture_output=True, cwd=REPO)
