@@ -14,6 +14,8 @@ kernels and host syncs through
 :class:`~intercept.dispatch.fake_mode.SimFakeMode`) and enters the mode for the rest of the process.
 """
 
+import atexit
+import gc
 import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
@@ -36,15 +38,32 @@ if TYPE_CHECKING:
         def wait_event(self, stream: int, event: int) -> None: ...
 
 
-def prepare(gpu: GpuSpec, device_count: int) -> None:
-    """Load the shim, import torch, install the patches (must run before torch is imported)."""
-    library = shim.load()
-    from intercept.dispatch import patches  # imports torch: only now that the shim is in
+def prepare(gpu: GpuSpec, device_count: int, calibrate: bool = True) -> None:
+    """Load the shim, import torch, install the patches (must run before torch is imported);
+    with ``calibrate``, the CPU-time deductions too (``patches.calibrate_deductions``).
 
-    if not library.fakecuda_accelerator_is_cuda():
-        raise SimulationError("torch did not pick up the fake CUDA hooks of the shim (was a "
-                              "torch library loaded before intercept.dispatch.device.prepare()?)")
-    patches.install(gpu, device_count)
+    What it makes lives as long as the process (and a fork server's ranks): no garbage
+    collection meanwhile (each would traverse all torch made so far: ~1.3 s of CPU in all),
+    then frozen, out of every later one's way (a full one would traverse ~300,000 objects and,
+    in a forked rank, copy their pages); unfrozen at a normal exit, for the interpreter to free
+    (triton's bindings report what it does not).
+    """
+    gc.disable()
+    try:
+        library = shim.load()
+        from intercept.dispatch import patches  # imports torch: only now that the shim is in
+
+        if not library.fakecuda_accelerator_is_cuda():
+            raise SimulationError("torch did not pick up the fake CUDA hooks of the shim (was a "
+                                  "torch library loaded before "
+                                  "intercept.dispatch.device.prepare()?)")
+        patches.install(gpu, device_count)
+        gc.freeze()
+        atexit.register(gc.unfreeze)
+    finally:
+        gc.enable()
+    if calibrate:
+        patches.calibrate_deductions()
 
 
 def enter_fake_mode(runtime: "DeviceRuntime | None" = None,

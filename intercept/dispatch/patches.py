@@ -871,13 +871,25 @@ def install(gpu: GpuSpec, device_count: int) -> FakeDevices:
             replacements[id(original)] = (original, new)
     _rebind_copies(replacements)
     shim.mark_cuda_initialized()
-    # The simulator's own CPU time: every call from torch into Python, and deductions for what
-    # no section covers, measured once here (a fork server's ranks inherit them).
+    # The simulator's own CPU time: every call from torch into Python.
     shim.exclude_interpreter_callbacks()
+    return _installed
+
+
+_calibrated = False
+
+
+def calibrate_deductions() -> None:
+    """Measure the shim's deductions for the CPU time no excluded section covers, once per
+    process (a fork server's ranks inherit them); after :func:`install`. Only a script's
+    measured CPU time (``simulation.host_time: measured``) needs them."""
+    global _calibrated
+    if _calibrated:
+        return
     section_ns = shim.calibrate_section_deduction()
     shim.set_deductions(shim.Deductions(section_ns, 0))
     shim.set_deductions(shim.Deductions(section_ns, dispatch_glue.calibrate_dispatch_glue()))
-    return _installed
+    _calibrated = True
 
 
 def _resolve(target: str) -> tuple[Any, str]:

@@ -13,6 +13,7 @@ first) and reaps every descendant (a child subreaper), so no rank outlives the c
 """
 
 import ctypes
+import gc
 import os
 import signal
 import sys
@@ -55,7 +56,10 @@ class _ForkServer:
         if not self.spec.fake_device:
             return
         from intercept.dispatch import device
-        device.prepare(self.spec.gpu, self.spec.gpus_per_host)  # imports torch: not before
+        # Imports torch: not before. Only measured host time needs the CPU-time deductions
+        # (counted and reproducible host time measure no CPU time: rank_main).
+        device.prepare(self.spec.gpu, self.spec.gpus_per_host,
+                       calibrate=not self.spec.counted and self.spec.op_cost_ns is None)
         # FakeTensorMode() imports torch._dynamo on first use: ~1 s of CPU in every rank if
         # the ranks had to do it after the fork.
         import torch._dynamo  # noqa: F401
@@ -68,6 +72,7 @@ class _ForkServer:
         self.patches.enter_context(c10d_host.excluded_calls())
         self.kernel_cost = ComputeModel.for_gpu(self.spec.gpu, self.spec.calibration).cost
         load_kernel_map(self.spec.gpu.name)  # cached: the ranks fork with it parsed
+        gc.freeze()  # all the ranks inherit lives as long as they do (device.prepare)
 
     def spawn(self, rank: int) -> None:
         sys.stdout.flush()
