@@ -3,16 +3,26 @@
 Shared by the tests that run the examples on the simulator and for real under torchrun.
 """
 
+import importlib.util
 import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO_DIR = ROOT / "scenarios"
+
+
+def needs_framework(package: str) -> pytest.MarkDecorator:
+    """Skips a module's tests where ``package`` (of the ``frameworks`` extra) is not installed,
+    without importing it while pytest collects (``megatron.core`` alone takes seconds of CPU;
+    the simulated ranks import it, not the test process)."""
+    return pytest.mark.skipif(importlib.util.find_spec(package) is None,
+                              reason=f"{package} is not installed (the frameworks extra)")
 
 
 def trace_spans(out: Path, category: str) -> list[dict[str, Any]]:

@@ -16,9 +16,9 @@ import pytest
 import torch
 import yaml
 
-from tests.integration.live_examples import ROOT, parse_steps, trace_spans
+from tests.integration.live_examples import ROOT, needs_framework, parse_steps, trace_spans
 
-pytest.importorskip("deepspeed")
+pytestmark = needs_framework("deepspeed")
 
 EXAMPLES = ROOT / "scenarios" / "examples"
 sys.path.insert(0, str(EXAMPLES))

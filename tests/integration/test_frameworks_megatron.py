@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.integration.live_examples import ROOT, parse_steps, trace_spans
+from tests.integration.live_examples import ROOT, needs_framework, parse_steps, trace_spans
 
-pytest.importorskip("megatron.core")
+pytestmark = needs_framework("megatron.core")
 
 EXAMPLES = ROOT / "scenarios" / "examples"
 

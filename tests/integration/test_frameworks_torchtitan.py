@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.live_examples import ROOT, trace_spans
+from tests.integration.live_examples import ROOT, needs_framework, trace_spans
 
-pytest.importorskip("torchtitan")
+pytestmark = needs_framework("torchtitan")
 
 EXAMPLES = ROOT / "scenarios" / "examples"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
