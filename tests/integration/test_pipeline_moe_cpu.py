@@ -12,6 +12,8 @@ from tests.integration.test_live_examples_cpu import torchrun
 TINY = ["--steps", "2", "--num-workers", "0"]
 PP_MODEL = ["--model", "llama-tiny", "--n-layer", "4", "--batch-size", "2"]
 MICROBATCHES = 4
+EP_BATCH = 4
+"""Sequences per step of the expert-parallel comparison, split over its ranks."""
 
 
 def _assert_same_training(reference: list[Step], parallel: list[Step]) -> None:
@@ -48,17 +50,23 @@ def test_pipeline_trains_exactly_like_one_device(single_device_llama: list[Step]
     assert all(not parse_steps(log) for log in logs[1:]), "only rank 0 prints steps"
 
 
+@pytest.fixture(scope="module")
+def single_process_moe(tmp_path_factory: pytest.TempPathFactory) -> list[Step]:
+    """moe_ep.py in one process, on the whole batch the expert-parallel runs split."""
+    log = torchrun("moe_ep.py", [*TINY, "--batch-size", str(EP_BATCH)], 1,
+                   tmp_path_factory.mktemp("one"))[0]
+    return parse_steps(log)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("ranks", "all_to_all"), [(2, "nn"), (2, "functional"),
                                                    (4, "functional")])
-def test_expert_parallel_trains_exactly_like_one_process(ranks: int, all_to_all: str,
+def test_expert_parallel_trains_exactly_like_one_process(single_process_moe: list[Step],
+                                                         ranks: int, all_to_all: str,
                                                          tmp_path: Path) -> None:
     """W ranks of B sequences each see, step by step, the same sequences as one process of
     W x B (DistributedSampler interleaves one shuffled order); tokens are routed one by
     one, no capacity limit drops any, so the mean loss and the global gradient match."""
-    batch = 4
-    one = parse_steps(torchrun("moe_ep.py", [*TINY, "--batch-size", str(batch)], 1,
-                               tmp_path / "one")[0])
-    logs = torchrun("moe_ep.py", [*TINY, "--batch-size", str(batch // ranks),
-                                  "--all-to-all", all_to_all], ranks, tmp_path / "ep")
-    _assert_same_training(one, parse_steps(logs[0]))
+    logs = torchrun("moe_ep.py", [*TINY, "--batch-size", str(EP_BATCH // ranks),
+                                  "--all-to-all", all_to_all], ranks, tmp_path)
+    _assert_same_training(single_process_moe, parse_steps(logs[0]))
