@@ -4,6 +4,7 @@ under torchrun on this CPU (gloo, fp32), the way a user would run them on GPUs."
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -47,10 +48,28 @@ def torchrun(script: str, args: list[str], nproc: int, log_dir: Path,
                 f"{stderr[-4000:]}\n{proc.stderr[-2000:]}")
 
 
+TorchrunOnce = Callable[[str, list[str], int, dict[str, str]], list[str]]
+
+
+@pytest.fixture(scope="module")
+def torchrun_once(tmp_path_factory: pytest.TempPathFactory) -> TorchrunOnce:
+    """:func:`torchrun`, run once in this module per script, arguments, ranks and environment
+    (the tensor-parallel comparison's parallel run is the TP scenario's)."""
+    runs: dict[tuple[str, tuple[str, ...], int, tuple[tuple[str, str], ...]], list[str]] = {}
+
+    def run(script: str, args: list[str], nproc: int, env: dict[str, str]) -> list[str]:
+        key = (script, tuple(args), nproc, tuple(sorted(env.items())))
+        if key not in runs:
+            runs[key] = torchrun(script, args, nproc, tmp_path_factory.mktemp("torchrun"), env)
+        return runs[key]
+    return run
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("example", example_scenarios(), ids=lambda e: e.name)
-def test_scenario_script_runs_under_torchrun(example: ExampleScenario, tmp_path: Path) -> None:
-    logs = torchrun(example.script.name, example.args, example.world_size, tmp_path, example.env)
+def test_scenario_script_runs_under_torchrun(example: ExampleScenario,
+                                             torchrun_once: TorchrunOnce) -> None:
+    logs = torchrun_once(example.script.name, example.args, example.world_size, example.env)
     steps = parse_steps(logs[0])
     expected_steps = int(example.args[example.args.index("--steps") + 1])
     assert [s.step for s in steps] == list(range(1, expected_steps + 1))
@@ -64,11 +83,11 @@ def test_scenario_script_runs_under_torchrun(example: ExampleScenario, tmp_path:
 
 
 @pytest.mark.slow
-def test_tensor_parallel_trains_exactly_like_one_device(tmp_path: Path) -> None:
+def test_tensor_parallel_trains_exactly_like_one_device(torchrun_once: TorchrunOnce) -> None:
     """Same seed, same batches: TP over 2 ranks must reproduce the single-device losses."""
-    args = ["--steps", "3", "--num-workers", "0"]
-    single = parse_steps(torchrun("gpt_single.py", args, 1, tmp_path / "single")[0])
-    parallel = parse_steps(torchrun("gpt_tp.py", args, 2, tmp_path / "tp")[0])
+    args, env = ["--steps", "3", "--num-workers", "0"], {"OMP_NUM_THREADS": "1"}
+    single = parse_steps(torchrun_once("gpt_single.py", args, 1, env)[0])
+    parallel = parse_steps(torchrun_once("gpt_tp.py", args, 2, env)[0])
     assert len(single) == len(parallel) == 3
     for one, tp in zip(single, parallel, strict=True):
         assert tp.loss == pytest.approx(one.loss, abs=2e-4)
