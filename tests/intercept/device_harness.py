@@ -1,21 +1,25 @@
 """Run a snippet on the fake GPU in a fresh interpreter, with a stand-in runtime.
 
 The shim must be loaded before torch is imported, and pytest may already have imported torch,
-so every device test runs its code in a new ``python -c`` and gets back JSON: what the snippet
-put in ``result``, what the stand-in runtime recorded, and what it printed.
+so every device test runs its code in a process of its own, as ``python -c`` would (forked from
+one that imported torch after the shim once: :mod:`.snippet_zygote`), and gets back JSON: what
+the snippet put in ``result``, what the stand-in runtime recorded, and what it printed.
 """
 
+import atexit
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from phantora.compute.spec import KernelSpec
 
@@ -158,11 +162,55 @@ def run_snippet(snippet: str, *, gpu: str = "h100", device_count: int = 8,
         out = os.path.join(folder, "out.json")
         code = _BOOTSTRAP.format(repo=str(REPO), gpu=gpu, device_count=device_count,
                                  snippet=textwrap.dedent(snippet), out=out)
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                              timeout=timeout_s, cwd=REPO, check=False)
-        if proc.returncode != 0:
-            raise AssertionError(f"snippet failed (exit {proc.returncode}):\n{proc.stderr[-6000:]}")
+        status, stdout, stderr = _run_forked(code, Path(folder), timeout_s)
+        if status != 0:
+            raise AssertionError(f"snippet failed (exit {status}):\n{stderr[-6000:]}")
         with open(out) as f:
             data = json.load(f)
-    data["stdout"], data["stderr"] = proc.stdout, proc.stderr
+    data["stdout"], data["stderr"] = stdout, stderr
     return data
+
+
+_zygote: "subprocess.Popen[str] | None" = None
+
+
+def _run_forked(code: str, folder: Path, timeout_s: float) -> tuple[int, str, str]:
+    """``python -c code`` as a fresh child of the snippet zygote (:mod:`.snippet_zygote`,
+    started at first use, for the rest of the session): its exit status, stdout and stderr."""
+    global _zygote
+    if _zygote is None or _zygote.poll() is not None:
+        _zygote = subprocess.Popen([sys.executable, "-m", "tests.intercept.snippet_zygote"],
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                   cwd=REPO)
+        atexit.register(_stop_zygote, _zygote)
+    assert _zygote.stdin is not None and _zygote.stdout is not None
+    stdout, stderr = folder / "stdout", folder / "stderr"
+    _zygote.stdin.write(json.dumps({"code": code, "stdout": str(stdout),
+                                    "stderr": str(stderr)}) + "\n")
+    _zygote.stdin.flush()
+    pid = _zygote_answer(_zygote.stdout)["pid"]
+    start = time.monotonic()
+    killer = threading.Timer(timeout_s, os.kill, (pid, signal.SIGKILL))
+    killer.start()
+    try:
+        status = _zygote_answer(_zygote.stdout)["exit"]
+    finally:
+        killer.cancel()
+    if status == -signal.SIGKILL and time.monotonic() - start >= timeout_s:
+        raise subprocess.TimeoutExpired(["python", "-c", "<snippet>"], timeout_s)
+    return status, stdout.read_text(), stderr.read_text()
+
+
+def _stop_zygote(zygote: "subprocess.Popen[str]") -> None:
+    """At exit: the zygote ends with its stdin, and is reaped (its CPU time counts as ours)."""
+    assert zygote.stdin is not None
+    zygote.stdin.close()
+    zygote.wait()
+
+
+def _zygote_answer(answers: IO[str]) -> dict[str, int]:
+    """The zygote's next answer line (a child's pid, then its exit status)."""
+    line = answers.readline()
+    if not line:
+        raise AssertionError("the snippet zygote exited (tests/intercept/snippet_zygote.py)")
+    return json.loads(line)
