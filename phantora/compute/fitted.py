@@ -7,6 +7,9 @@ size reach::
     duration = max(floor, flops / (peak_flops * eff_compute(dtype, flops)),
                    bytes / (hbm_bandwidth * eff_memory(bytes)))
 
+``peak_flops`` is the GPU's ``tensor_tflops``: its datasheet peak, or less where its board power
+cap cannot feed that rate (``phantora.cluster.catalogue.TFLOPS_PER_WATT_4N``).
+
 Each ``eff`` is the median achieved/peak of the table's rows per power-of-two bin of work,
 linearly interpolated in log2(work) and flat beyond the measured range. It carries what a
 single efficiency cannot: small matmuls run far below the large ones' ~80% of peak, small
@@ -90,7 +93,7 @@ class EfficiencyCurves:
         attention: dict[str, tuple[list[float], list[float]]] = {}
         memory: tuple[list[float], list[float]] = ([], [])
         streaming: tuple[list[float], list[float]] = ([], [])
-        peak_flop_per_ns = measured_on.bf16_tflops * 1e3
+        peak_flop_per_ns = measured_on.tensor_tflops * 1e3
         for row in table.rows:
             if not row.cold:
                 continue
@@ -116,13 +119,13 @@ class EfficiencyCurves:
     def compute_ns(self, flops: int, dtype: str, gpu: GpuSpec) -> int:
         """A matrix product (or any FLOP-bound kernel) of ``flops`` in ``dtype``."""
         curve = self._matmul_curve(dtype)
-        return self._at_least_floor(flops / (gpu.bf16_tflops * 1e3 * curve(flops)))
+        return self._at_least_floor(flops / (gpu.tensor_tflops * 1e3 * curve(flops)))
 
     def attention_ns(self, flops: int, backward: bool, gpu: GpuSpec) -> int:
         directions = ("bwd", "fwd") if backward else ("fwd", "bwd")
         curve = next((self.attention[d] for d in directions if d in self.attention), None) \
             or self._matmul_curve("bf16")
-        return self._at_least_floor(flops / (gpu.bf16_tflops * 1e3 * curve(flops)))
+        return self._at_least_floor(flops / (gpu.tensor_tflops * 1e3 * curve(flops)))
 
     def _matmul_curve(self, dtype: str) -> _Curve:
         curve = self.matmul.get(dtype) or self.matmul.get("bf16")

@@ -174,4 +174,4 @@ class ComputeModel:
 
 
 def _roofline_ns(spec: KernelSpec, gpu: GpuSpec) -> float:
-    return max(spec.flops / (gpu.bf16_tflops * 1e3), spec.bytes / gpu.hbm_gbs)
+    return max(spec.flops / (gpu.tensor_tflops * 1e3), spec.bytes / gpu.hbm_gbs)

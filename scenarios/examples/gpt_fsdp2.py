@@ -21,7 +21,11 @@ from train_utils import (apply_activation_checkpointing, build_parser, close_dis
 
 
 def main() -> None:
-    args = build_parser(__doc__.splitlines()[0]).parse_args()
+    parser = build_parser(__doc__.splitlines()[0])
+    parser.add_argument("--sync-every-microbatch", action="store_true",
+                        help="reduce-scatter gradients after every micro-batch (Composer's FSDP "
+                             "does) instead of keeping unsharded gradients until the last")
+    args = parser.parse_args()
     launch = init_distributed()
     torch.manual_seed(args.seed)
     torch.set_float32_matmul_precision("high")
@@ -43,7 +47,7 @@ def main() -> None:
               flush=True)
 
     def grad_sync(is_last: bool) -> AbstractContextManager[object]:
-        sharded.set_requires_gradient_sync(is_last)
+        sharded.set_requires_gradient_sync(is_last or args.sync_every_microbatch)
         return nullcontext()
 
     loader = make_loader(args, model.config, launch, dp_rank=launch.rank,

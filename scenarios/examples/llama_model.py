@@ -60,6 +60,14 @@ LLAMA_PRESETS: dict[str, LlamaConfig] = {
     # Llama 3.1 8B (torchtitan's llama3 "8B" flavour): 8.03B parameters
     "llama3-8b": LlamaConfig(block_size=8192, vocab_size=128256, n_layer=32, n_head=32,
                              n_kv_head=8, n_embd=4096, ffn_hidden=14336, rope_theta=500000.0),
+    # torchtitan's llama2 "13B" and "70B" and llama3 "70B" flavours (FFN hidden from its
+    # ffn_dim_multiplier / multiple_of rule): 13.0B, 69.0B and 70.6B parameters
+    "llama2-13b": LlamaConfig(block_size=4096, vocab_size=32000, n_layer=40, n_head=40,
+                              n_kv_head=40, n_embd=5120, ffn_hidden=13824),
+    "llama2-70b": LlamaConfig(block_size=4096, vocab_size=32000, n_layer=80, n_head=64,
+                              n_kv_head=8, n_embd=8192, ffn_hidden=28672),
+    "llama3-70b": LlamaConfig(block_size=8192, vocab_size=128256, n_layer=80, n_head=64,
+                              n_kv_head=8, n_embd=8192, ffn_hidden=28672, rope_theta=500000.0),
 }
 """The tiny one runs in seconds on a CPU or a simulator; the others are for measurements."""
 

@@ -12,6 +12,10 @@ micro-batches) and ``OptimizerParamScheduler`` for the learning rate. Needs CUDA
   torchrun --nproc_per_node 8 megatron_gpt.py --tp 2 --pp 2 --num-layers 24 \\
       --hidden-size 2048 --num-attention-heads 16 --vocab-size 50304 --seq-len 2048 \\
       --micro-batches 8 --sequence-parallel
+  torchrun --nproc_per_node 8 megatron_gpt.py --tp 8 --sequence-parallel --llama \\
+      --num-layers 12 --hidden-size 8192 --ffn-hidden-size 28672 --num-attention-heads 64 \\
+      --num-query-groups 8 --vocab-size 128256 --seq-len 4096 --batch-size 1 \\
+      --micro-batches 4 --attention flash     # Llama 3 70B's layers, as pretrain_gpt.py
 
 Set ``CUDA_DEVICE_MAX_CONNECTIONS=1``, as Megatron asks. Rank 0 prints the step lines of the
 other examples (``train_utils.print_step``); the loss comes from the last pipeline stage.
@@ -23,6 +27,7 @@ from dataclasses import replace
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 from megatron.core import parallel_state
 from megatron.core.distributed import (DistributedDataParallel, DistributedDataParallelConfig,
                                        finalize_model_grads)
@@ -33,6 +38,7 @@ from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 from megatron.core.pipeline_parallel import get_forward_backward_func
 from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
 from megatron.core.transformer import TransformerConfig
+from megatron.core.transformer.dot_product_attention import DotProductAttention
 from megatron.core.transformer.module import Float16Module
 from megatron.core.transformer.spec_utils import ModuleSpec
 from megatron.core.transformer.transformer_block import (TransformerBlockSubmodules,
@@ -63,6 +69,19 @@ def parse_args() -> argparse.Namespace:
     model.add_argument("--vocab-size", type=int, default=1024,
                        help="a multiple of --tp (Megatron splits the vocabulary)")
     model.add_argument("--seq-len", type=int, default=256)
+    model.add_argument("--llama", action="store_true",
+                       help="Llama blocks, as pretrain_gpt.py's --swiglu --normalization RMSNorm "
+                            "--position-embedding-type rope --disable-bias-linear "
+                            "--untie-embeddings-and-output-weights")
+    model.add_argument("--ffn-hidden-size", type=int,
+                       help="MLP hidden size (default 4 x --hidden-size)")
+    model.add_argument("--num-query-groups", type=int,
+                       help="key/value heads (grouped-query attention; default: one per head)")
+    model.add_argument("--rotary-base", type=int, default=500000, help="RoPE base (--llama)")
+    model.add_argument("--attention", choices=["unfused", "flash"], default="unfused",
+                       help="core attention: the local spec's (scores, softmax, context as "
+                            "separate kernels) or one fused kernel (SDPA's flash attention, as "
+                            "Transformer Engine's fused attention under --use-flash-attn)")
     train = parser.add_argument_group("training")
     train.add_argument("--batch-size", type=int, default=4,
                        help="micro-batch size per data-parallel rank")
@@ -71,6 +90,9 @@ def parse_args() -> argparse.Namespace:
     train.add_argument("--lr", type=float, default=6e-4, help="peak learning rate")
     train.add_argument("--warmup-steps", type=int, default=2)
     train.add_argument("--seed", type=int, default=1337)
+    train.add_argument("--overlap-grad-reduce", action=argparse.BooleanOptionalAction,
+                       default=True, help="reduce-scatter gradients while backward runs "
+                       "(pretrain_gpt.py's --overlap-grad-reduce, off by default there)")
     return parser.parse_args()
 
 
@@ -91,30 +113,67 @@ class SequenceParallelLayerNorm(torch.nn.LayerNorm):
             param.sequence_parallel = config.sequence_parallel
 
 
-def block_spec(config: TransformerConfig) -> ModuleSpec | TransformerBlockSubmodules:
-    """The local GPT layer spec; under sequence parallelism its norms, and the final one,
-    are :class:`SequenceParallelLayerNorm`."""
-    layer = get_gpt_layer_local_spec()
+class SequenceParallelRMSNorm(torch.nn.RMSNorm):
+    """:class:`SequenceParallelLayerNorm`'s RMSNorm (Llama's norm)."""
+
+    def __init__(self, config: TransformerConfig, hidden_size: int, eps: float = 1e-5,
+                 **_: object) -> None:
+        super().__init__(hidden_size, eps=eps)
+        for param in self.parameters():
+            param.sequence_parallel = config.sequence_parallel
+
+
+class FlashCoreAttention(DotProductAttention):
+    """Causal core attention as one fused kernel (``scaled_dot_product_attention``) instead
+    of the local spec's scores, softmax and context kernels; key/value groups repeated to the
+    query heads as the local spec does. Input ``[s, b, heads, head_dim]``, output
+    ``[s, b, heads * head_dim]``, as :class:`DotProductAttention`."""
+
+    def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                attention_mask: torch.Tensor | None, attn_mask_type: object = None,
+                attention_bias: object = None, packed_seq_params: object = None) -> torch.Tensor:
+        groups = self.num_attention_heads_per_partition // self.num_query_groups_per_partition
+        if groups > 1:
+            key, value = (t.repeat_interleave(groups, dim=2) for t in (key, value))
+        q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.softmax_scale)
+        return out.permute(2, 0, 1, 3).reshape(out.size(2), out.size(0), -1)
+
+
+def block_spec(config: TransformerConfig,
+               args: argparse.Namespace) -> ModuleSpec | TransformerBlockSubmodules:
+    """The local GPT layer spec (RMSNorm under ``--llama``, :class:`FlashCoreAttention`
+    under ``--attention flash``); under sequence parallelism its norms, and the final one,
+    are :class:`SequenceParallelLayerNorm` (or :class:`SequenceParallelRMSNorm`)."""
+    layer = get_gpt_layer_local_spec(normalization=config.normalization)
+    if args.attention == "flash":
+        attention = layer.submodules.self_attention
+        layer = replace(layer, submodules=replace(layer.submodules, self_attention=replace(
+            attention, submodules=replace(attention.submodules,
+                                          core_attention=FlashCoreAttention))))
     if not config.sequence_parallel:
         return layer
-    layer = replace(layer, submodules=replace(layer.submodules,
-                                              input_layernorm=SequenceParallelLayerNorm,
-                                              pre_mlp_layernorm=SequenceParallelLayerNorm))
+    norm = SequenceParallelRMSNorm if args.llama else SequenceParallelLayerNorm
+    layer = replace(layer, submodules=replace(layer.submodules, input_layernorm=norm,
+                                              pre_mlp_layernorm=norm))
     return TransformerBlockSubmodules(layer_specs=[layer] * get_num_layers_to_build(config),
-                                      layer_norm=SequenceParallelLayerNorm)
+                                      layer_norm=norm)
 
 
 def build_model(args: argparse.Namespace, config: TransformerConfig) -> DistributedDataParallel:
     """This rank's stage of the GPT, in bf16, under Megatron's DDP (gradients reduced in
-    fp32 while backward runs, sharded for the distributed optimizer). The input embedding and
-    the output layer share their weights, as in GPT-2 and ``pretrain_gpt.py``'s default."""
-    gpt = GPTModel(config=config, transformer_layer_spec=block_spec(config),
+    fp32, while backward runs unless ``--no-overlap-grad-reduce``, sharded for the distributed
+    optimizer). The input embedding and the output layer share their weights, as in GPT-2 and
+    ``pretrain_gpt.py``'s default; not under ``--llama``, whose positions are rotary."""
+    gpt = GPTModel(config=config, transformer_layer_spec=block_spec(config, args),
                    vocab_size=args.vocab_size, max_sequence_length=args.seq_len,
-                   share_embeddings_and_output_weights=True,
+                   share_embeddings_and_output_weights=not args.llama,
+                   position_embedding_type="rope" if args.llama else "learned_absolute",
+                   rotary_base=args.rotary_base,
                    pre_process=parallel_state.is_pipeline_first_stage(),
                    post_process=parallel_state.is_pipeline_last_stage()).cuda()
     ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True,
-                                               overlap_grad_reduce=True,
+                                               overlap_grad_reduce=args.overlap_grad_reduce,
                                                use_distributed_optimizer=True)
     model = DistributedDataParallel(config=config, ddp_config=ddp_config,
                                     module=Float16Module(config, gpt))
@@ -163,10 +222,13 @@ def step_loss(losses: list[dict[str, torch.Tensor]], device: torch.device) -> to
 
 
 def flops_per_token(args: argparse.Namespace) -> int:
-    """Training FLOPs per token as ``model.py`` counts them: 6 per matmul weight (12 h^2 a
-    layer, and the output layer), plus attention."""
-    hidden = args.hidden_size
-    matmul_params = 12 * args.num_layers * hidden * hidden + args.vocab_size * hidden
+    """Training FLOPs per token as ``model.py`` counts them: 6 per matmul weight (attention
+    and MLP of each layer, and the output layer), plus attention."""
+    hidden, ffn = args.hidden_size, args.ffn_hidden_size or 4 * args.hidden_size
+    kv = hidden * (args.num_query_groups or args.num_attention_heads) // args.num_attention_heads
+    mlp = (3 if args.llama else 2) * hidden * ffn
+    matmul_params = args.num_layers * (2 * hidden * hidden + 2 * hidden * kv + mlp) \
+        + args.vocab_size * hidden
     return 6 * matmul_params + 12 * args.num_layers * hidden * args.seq_len
 
 
@@ -190,11 +252,14 @@ def build_optimizer(args: argparse.Namespace, model: DistributedDataParallel) ->
 def train(args: argparse.Namespace, launch: Launch) -> None:
     """``--steps`` optimizer steps of ``--micro-batches`` each, timed and logged as the
     other examples do (a step ends when the GPU is done with it)."""
+    llama = dict(gated_linear_unit=True, activation_func=F.silu, normalization="RMSNorm",
+                 add_bias_linear=False, bias_activation_fusion=False) if args.llama else {}
     config = TransformerConfig(
         num_layers=args.num_layers, hidden_size=args.hidden_size,
         num_attention_heads=args.num_attention_heads, tensor_model_parallel_size=args.tp,
         pipeline_model_parallel_size=args.pp, sequence_parallel=args.sequence_parallel,
-        bf16=True, params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16)
+        ffn_hidden_size=args.ffn_hidden_size, num_query_groups=args.num_query_groups,
+        bf16=True, params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16, **llama)
     model = build_model(args, config)
     optimizer, scheduler = build_optimizer(args, model)
     forward_backward = get_forward_backward_func()

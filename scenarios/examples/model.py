@@ -36,6 +36,14 @@ GPT_PRESETS: dict[str, GPTConfig] = {
     "gpt2-350m": GPTConfig(n_layer=24, n_head=16, n_embd=1024),
     "gpt2-774m": GPTConfig(n_layer=36, n_head=20, n_embd=1280),
     "gpt2-1558m": GPTConfig(n_layer=48, n_head=25, n_embd=1600),
+    # MosaicML MPT shapes as llm-foundry's throughput tables ran them (learned positions,
+    # biases, tied embeddings, 4x GELU MLP, vocabulary 50368, 2048 positions): exactly the
+    # NumParams of scripts/train/benchmarking/README.md at sequence 2048
+    "mpt-760m": GPTConfig(block_size=2048, vocab_size=50368, n_layer=24, n_head=12, n_embd=1536),
+    "mpt-1b": GPTConfig(block_size=2048, vocab_size=50368, n_layer=24, n_head=16, n_embd=2048),
+    "mpt-3b": GPTConfig(block_size=2048, vocab_size=50368, n_layer=32, n_head=20, n_embd=2560),
+    "mpt-7b": GPTConfig(block_size=2048, vocab_size=50368, n_layer=32, n_head=32, n_embd=4096),
+    "mpt-13b": GPTConfig(block_size=2048, vocab_size=50368, n_layer=40, n_head=40, n_embd=5120),
 }
 """The tiny default runs in seconds on a CPU or a simulator; the GPT-2 sizes are for benchmarks."""
 

@@ -52,6 +52,17 @@ def test_anchor_scenario_and_published_numbers() -> None:
     assert (anchor.measured_gib, anchor.memory) == (82.4, "reserved")
 
 
+def test_roofline_anchor_scenarios_parse_on_gpus_without_tables() -> None:
+    """Every published anchor of ROOFLINE_ANCHORS has its scenario, on an A100 or a B200."""
+    cases = harness.anchor_cases(harness.ROOFLINE_ANCHORS)
+    assert {path.name for path in harness.ANCHOR_DIR.glob("*.yaml")} == {
+        case.scenario_path.name for case in cases + harness.anchor_cases()}
+    for case in cases:
+        scenario = parse_scenario(case.scenario, str(case.scenario_path))
+        assert scenario.cluster.gpu in {"a100-80g", "b200"}, case.name
+        assert case.measured_ms > 0
+
+
 def test_command_line_to_script_args_and_ranks() -> None:
     assert harness.invocation(TORCHRUN) == (
         "gpt_fsdp2.py", ["--model", "llama-1b", "--steps", "10", "--batch-size", "4"], 2, {})

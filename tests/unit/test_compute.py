@@ -111,6 +111,19 @@ def test_a_gpu_without_tables_gets_fitted_curves_at_its_own_peaks() -> None:
                                                        rel=0.15)
 
 
+def test_a_power_capped_gpu_gets_the_tensor_rate_its_cap_feeds() -> None:
+    """B200 (1000 W) and the 500 W H100 run tensor work at the H100 SXM's TFLOP/s per watt;
+    the H100 and the A100 (not power-bound in the model) at their datasheet peaks."""
+    b200, grand_teton = lookup_gpu("b200"), lookup_gpu("h100-hbm2e-96g")
+    assert H100.tensor_tflops == H100.bf16_tflops and A100.tensor_tflops == A100.bf16_tflops
+    assert b200.tensor_tflops == pytest.approx(1000 * 989 / 700)
+    assert grand_teton.tensor_tflops == pytest.approx(500 * 989 / 700)
+    gemm = mm(8192, 8192, 8192)
+    ratio = (ComputeModel.for_gpu(b200).cost(gemm).duration_ns
+             / ComputeModel.for_gpu(H100).cost(gemm).duration_ns)
+    assert ratio == pytest.approx(H100.bf16_tflops / b200.tensor_tflops, rel=0.15)
+
+
 def test_unknown_ops_are_costed_by_their_bytes_and_flagged(h100: ComputeModel) -> None:
     unknown = h100.cost(KernelSpec("aten::mystery_op", 0, 1 << 30))
     assert unknown.source is CostSource.UNKNOWN
