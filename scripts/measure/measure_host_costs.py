@@ -201,6 +201,37 @@ def ops_cases(rec: Recorder, dev: torch.device) -> None:
                  calls=n, sync=True)
         rec.case("ops", "nonzero 16k (syncs)", lambda: mask.nonzero(), calls=n, sync=True)
         rec.case("ops", "unique 16k (syncs)", lambda: torch.unique(ids), calls=n, sync=True)
+    cudnn_cases(rec, dev)
+
+
+def cudnn_cases(rec: Recorder, dev: torch.device) -> None:
+    """Convolution and batch norm, whose host path is cuDNN's (an execution-plan lookup, kernel
+    attribute queries, several launches) or a multi-kernel native one, not one elementwise
+    launch. Sizes are a ResNet-50 bottleneck's 3x3 convolution at batch 64, channels_last bf16 as
+    under autocast, with fp32 batch-norm parameters as a module keeps them."""
+    x = torch.randn(64, 64, 56, 56, device=dev, dtype=torch.bfloat16).to(
+        memory_format=torch.channels_last)
+    w = torch.randn(64, 64, 3, 3, device=dev, dtype=torch.bfloat16).to(
+        memory_format=torch.channels_last)
+    grad = torch.randn_like(x)
+    gamma, beta = torch.ones(64, device=dev), torch.zeros(64, device=dev)
+    mean, var = torch.zeros(64, device=dev), torch.ones(64, device=dev)
+    _, save_mean, save_invstd = torch.ops.aten.native_batch_norm(x, gamma, beta, mean, var, True,
+                                                                 0.1, 1e-5)
+    n = 50  # each launches up to a few kernels of ~0.1 ms: the GPU sleep outlasts the loop
+    with torch.no_grad():
+        rec.case("ops", "conv2d 3x3 64ch 56x56 b64 (cudnn)",
+                 lambda: F.conv2d(x, w, padding=1), calls=n)
+        rec.case("ops", "convolution_backward 3x3 (input and weight grads)",
+                 lambda: torch.ops.aten.convolution_backward(
+                     grad, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1,
+                     [True, True, False]), calls=n)
+        rec.case("ops", "batch_norm training 64ch 56x56 b64",
+                 lambda: F.batch_norm(x, mean, var, gamma, beta, training=True), calls=n)
+        rec.case("ops", "native_batch_norm_backward",
+                 lambda: torch.ops.aten.native_batch_norm_backward(
+                     grad, x, gamma, mean, var, save_mean, save_invstd, True, 1e-5,
+                     [True, True, True]), calls=n)
 
 
 def backward_cases(rec: Recorder, dev: torch.device) -> None:
@@ -423,6 +454,10 @@ OP_CASES: dict[str, tuple[str, str | None]] = {
     "bincount": ("bincount 16k (syncs)", None),
     "nonzero": ("nonzero 16k (syncs)", None),
     "_unique2": ("unique 16k (syncs)", None),
+    "convolution": ("conv2d 3x3 64ch 56x56 b64 (cudnn)", None),
+    "convolution_backward": ("convolution_backward 3x3 (input and weight grads)", None),
+    "native_batch_norm": ("batch_norm training 64ch 56x56 b64", None),
+    "native_batch_norm_backward": ("native_batch_norm_backward", None),
 }
 """The ``ops_ns`` rows of the table (``intercept.host_time.host_cost``): per aten name, its ``ops``
 case and the case to subtract, if any."""

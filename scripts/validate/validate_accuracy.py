@@ -262,7 +262,7 @@ def routing_trace_of(machine_dir: Path, run_name: str) -> Path | None:
 
 def measured_cases(root: Path = STEPS_DIR) -> list[Case]:
     """A case for every workload with a successful, timed run under ``root/<machine>/*.log``
-    (profiler runs, which time the profiler too, left out). Runs of one workload in several
+    (runs under the profiler measure no step: ``measure_steps.Result.profiled``). Runs of one workload in several
     logs (``<machine>_<script>.<session>.log``: measuring sessions, each on another lent host
     instance) make one case, measured as the median of their medians."""
     runs: dict[str, list[tuple[Any, Path]]] = {}
