@@ -53,7 +53,7 @@ SIMULATED_STEPS = 4
 counted, so a simulated step does not vary from step to step."""
 GOAL_MEAN_PCT = 8.0
 NOTE = ("measured: the median over a run's measuring sessions, as validate_accuracy.py reads "
-        "them (sessions that also recorded the trace count too); traced: the kernels of the "
+        "them (sessions under the profiler left out); traced: the kernels of the "
         f"predicted run's own profiled step ({TRACES.relative_to(REPO)}/<machine>/, the H200 "
         "one-GPU runs four side by side on one host); simulated: the last of "
         f"{SIMULATED_STEPS} steps. Shares: the calibrated run's GPU time by cost source, host "
