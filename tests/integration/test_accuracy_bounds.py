@@ -102,9 +102,9 @@ def test_held_out_kernels_stay_within_the_readme_bounds(gpu: str) -> None:
 @pytest.mark.slow
 def test_steady_workloads_stay_within_the_readme_bounds_in_reproducible_mode(
         tmp_path: Path) -> None:
-    """Every measured workload whose real step does not move with the host instance
-    (``validate_accuracy.steady_across_hosts``), simulated once in reproducible mode: about
-    a minute and a half here."""
+    """Every measured workload of at most :data:`STEADY_CI_MAX_RANKS` ranks whose real step
+    does not move with the host instance (``validate_accuracy.steady_across_hosts``), simulated
+    once in reproducible mode: about a minute and a half here."""
     cases = [case for case in harness.measured_cases()
              if harness.steady_across_hosts(case) and _ranks(case) <= STEADY_CI_MAX_RANKS]
     assert len(cases) >= 8
