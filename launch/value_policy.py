@@ -19,12 +19,21 @@ class Routing:
     (trained routers favour a few experts, different ones per layer); ``trace``: each call picks
     every entry exactly as often as the recorded call of a real run (``counts``, cycled in call
     order; scaled where the call routes another number of rows), so expert GEMM shapes repeat
-    as often as they did there.
+    as often as they did there. A trace recorded on several ranks (``record_routing.py`` under
+    torchrun writes ``<stem>.rank<r>.json`` beside ``<stem>.json``) is replayed rank by rank
+    (``rank_counts``): each rank's router saw its own tokens, and their sum is what each
+    expert's rank receives.
     """
 
     mode: str = "uniform"
     zipf_s: float = 1.0
     counts: tuple[tuple[int, ...], ...] = ()
+    rank_counts: tuple[tuple[tuple[int, ...], ...], ...] = ()
+
+    def calls_for(self, rank: int) -> tuple[tuple[int, ...], ...]:
+        """The recorded calls ``rank`` replays: its own where the trace has them, else the
+        trace's (rank 0's)."""
+        return self.rank_counts[rank] if rank < len(self.rank_counts) else self.counts
 
     @staticmethod
     def parse(text: str, base: Path | None = None) -> "Routing":
@@ -41,7 +50,8 @@ class Routing:
                 raise ValueError(f"zipf needs a positive exponent, e.g. zipf:1.2 (got {text!r})")
             return Routing("zipf", zipf_s=s)
         if mode == "trace" and arg:
-            return Routing("trace", counts=load_trace(Path(base or ".") / arg))
+            path = Path(base or ".") / arg
+            return Routing("trace", counts=load_trace(path), rank_counts=load_rank_traces(path))
         raise ValueError(f"routing {text!r}: expected uniform, balanced, zipf:<s> or "
                          "trace:<file>")
 
@@ -61,6 +71,15 @@ def load_trace(path: Path) -> tuple[tuple[int, ...], ...]:
         raise ValueError(f"routing trace {path}: every call needs {experts} counts with a "
                          "positive sum")
     return calls
+
+
+def load_rank_traces(path: Path) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    """Each rank's calls from ``<stem>.rank<r>.json`` beside ``path``, ranks 0, 1, ... while
+    their files exist (none: an empty tuple)."""
+    traces = []
+    while (rank_path := path.with_name(f"{path.stem}.rank{len(traces)}.json")).exists():
+        traces.append(load_trace(rank_path))
+    return tuple(traces)
 
 
 UNKNOWN_SHAPES = ("error", "half")

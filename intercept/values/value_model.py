@@ -46,6 +46,7 @@ class ValueModel:
     def __init__(self, store: ValueStore, routing: Routing, seed: int, rank: int) -> None:
         self._store = store
         self._routing = routing
+        self._rank = rank
         self._rng = np.random.default_rng([seed, rank])
         self._calls = 0
         self._handlers: dict[Any, Callable[..., bool]] = {
@@ -130,7 +131,8 @@ class ValueModel:
         if routing.mode == "uniform":
             return self._shuffled(rows, n, k)
         if routing.mode == "trace":
-            counts = routing.counts[(self._calls - 1) % len(routing.counts)]
+            calls = routing.calls_for(self._rank)
+            counts = calls[(self._calls - 1) % len(calls)]
             if len(counts) != n:
                 raise SimulationError(
                     f"simulation.routing trace has {len(counts)} experts per call, but the "

@@ -37,6 +37,16 @@ for rows in (4096, 4096, 4096, 2048):
     replayed.append({"counts": torch.bincount(idx.flatten(), minlength=8).tolist(),
                      "distinct_rows": all(len(set(r)) == 2 for r in idx.tolist())})
 result["trace"] = replayed
+ranked = os.path.join(tempfile.mkdtemp(), "ranked.json")
+for name, calls in (("ranked", [[4096] * 2 + [0] * 6]), ("ranked.rank0", [[4096] * 2 + [0] * 6]),
+                    ("ranked.rank1", [[0] * 6 + [4096] * 2])):
+    with open(os.path.join(os.path.dirname(ranked), name + ".json"), "w") as f:
+        json.dump({"experts": 8, "top_k": 2, "calls": calls}, f)
+result["by_rank"] = []
+for rank in (0, 1, 2):
+    mode.value_model = ValueModel(mode.values, Routing.parse("trace:" + ranked), 0, rank)
+    _, idx = torch.topk(torch.randn(4096, 8, device="cuda"), 2, dim=-1)
+    result["by_rank"].append(torch.bincount(idx.flatten(), minlength=8).tolist())
 """
 
 COMPARISONS = """
@@ -136,6 +146,14 @@ def test_a_routing_trace_is_replayed_exactly_call_by_call(routing: dict[str, Any
         [1000, 2000, 500, 1500, 1200, 800, 592, 600], [4000, 4000, 100, 92, 0, 0, 0, 0],
         [1000, 2000, 500, 1500, 1200, 800, 592, 600], [2000, 2000, 50, 46, 0, 0, 0, 0]]
     assert all(call["distinct_rows"] for call in routing["trace"])
+
+
+def test_a_trace_recorded_on_several_ranks_is_replayed_rank_by_rank(
+        routing: dict[str, Any]) -> None:
+    """Each rank replays its own ``<stem>.rank<r>.json``; a rank without one, the trace's."""
+    rank0, rank1, rank2 = routing["by_rank"]
+    assert rank0 == rank2 == [4096, 4096, 0, 0, 0, 0, 0, 0]
+    assert rank1 == [0, 0, 0, 0, 0, 0, 4096, 4096]
 
 
 def test_values_are_seeded(routing: dict[str, Any]) -> None:
