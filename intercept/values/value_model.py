@@ -40,6 +40,11 @@ _COMPARISONS: dict[Any, Callable[[Any, Any], bool]] = {
 }
 
 
+FEW_OF_MANY_MIN_N = 64
+"""Rows of more entries than this pick few of them by drawing (``ValueModel._shuffled``): a
+Gumbel key per entry of a ``(tokens, vocabulary)`` argmax is hundreds of millions of draws."""
+
+
 class ValueModel:
     """Values of integer/bool results of ops on unknown floats (module docstring)."""
 
@@ -155,8 +160,20 @@ class ValueModel:
         return np.take_along_axis(picks, order, axis=1)
 
     def _shuffled(self, rows: int, n: int, k: int) -> np.ndarray:
-        """``k`` distinct entries of ``n`` per row, uniformly."""
-        return self._gumbel_top_k(np.zeros((rows, n)), k)
+        """``k`` distinct entries of ``n`` per row, uniformly (every ordered ``k``-tuple of
+        distinct entries equally likely). Few of many (a vocabulary's argmax): ``k`` draws per
+        row, rows with a repeat drawn again, in time linear in ``rows * k``; otherwise Gumbel
+        keys for all ``rows * n`` entries."""
+        if n <= FEW_OF_MANY_MIN_N or 4 * k > n:
+            return self._gumbel_top_k(np.zeros((rows, n)), k)
+        picks = self._rng.integers(n, size=(rows, k))
+        while k > 1:
+            ordered = np.sort(picks, axis=1)
+            repeats = (ordered[:, 1:] == ordered[:, :-1]).any(axis=1)
+            if not repeats.any():
+                break
+            picks[repeats] = self._rng.integers(n, size=(int(repeats.sum()), k))
+        return picks
 
     def _gumbel_top_k(self, log_p: np.ndarray, k: int) -> np.ndarray:
         """A sample without replacement of ``k`` per row with probabilities ``exp(log_p)``."""

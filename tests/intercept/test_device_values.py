@@ -2,6 +2,7 @@
 indices of fake floats follow the declared routing, and values a collective has yet to deliver
 are computed once they arrive."""
 
+import statistics
 from typing import Any
 
 import pytest
@@ -25,6 +26,10 @@ result["routing"] = {name: counts(name) for name in ("uniform", "balanced", "zip
 result["same_seed"] = counts("uniform", 7)["first"] == counts("uniform", 7)["first"]
 result["other_seed"] = counts("uniform", 7)["first"] != counts("uniform", 8)["first"]
 result["argmax_range"] = sorted(set(torch.argmax(logits, -1).tolist()))
+vocab = torch.randn(8192, 50304, device="cuda")  # a language model's logits: few of many
+mode.value_model = ValueModel(mode.values, Routing.parse("uniform"), 0, 0)
+result["vocab_argmax"] = torch.argmax(vocab, -1).tolist()
+result["vocab_top5"] = torch.topk(vocab, 5, dim=-1)[1].tolist()
 import json, os, tempfile
 trace = os.path.join(tempfile.mkdtemp(), "trace.json")
 with open(trace, "w") as f:
@@ -154,6 +159,16 @@ def test_a_trace_recorded_on_several_ranks_is_replayed_rank_by_rank(
     rank0, rank1, rank2 = routing["by_rank"]
     assert rank0 == rank2 == [4096, 4096, 0, 0, 0, 0, 0, 0]
     assert rank1 == [0, 0, 0, 0, 0, 0, 4096, 4096]
+
+
+def test_few_of_many_picks_are_uniform_and_distinct(routing: dict[str, Any]) -> None:
+    """An argmax over a vocabulary, a top-5 of it: in range, distinct within a row, spread
+    over the vocabulary (drawn, not one Gumbel key per logit)."""
+    picks = routing["vocab_argmax"]
+    assert all(0 <= p < 50304 for p in picks) and len(set(picks)) > 7000  # 8192 of 50304
+    rows = routing["vocab_top5"]
+    assert all(len(set(row)) == 5 and all(0 <= p < 50304 for p in row) for row in rows)
+    assert statistics.mean(p for row in rows for p in row) == pytest.approx(50304 / 2, rel=0.02)
 
 
 def test_values_are_seeded(routing: dict[str, Any]) -> None:
