@@ -395,8 +395,12 @@ def test_sessions_of_one_workload_make_one_case(tmp_path: Path) -> None:
     case = cases[0]
     assert sorted(case.session_ms) == [27.0, 30.0, 40.0] and case.measured_ms == 30.0
     assert case.measured_gib == pytest.approx(9.2)
-    table = va.report([(case, va.Outcome(33.0, 9.2, 1.0, []))])
+    table = va.report([(case, va.Outcome(33.0, 9.2, 1.0, [], host_share=0.5))])
     assert "27.0-40.0" in table and "within the measured sessions' range: 1 of 1" in table
+    # sessions 27-40 ms span more than 10%; the host bounds half the simulated step
+    assert "1 of the 1 whose sessions span more than 10%" in table
+    assert "host-bound when simulated (host bounds >= 20% of the step), 1 cases" in table
+    assert "not host-bound" not in table
 
 
 def test_steady_needs_sessions_on_two_host_instances(tmp_path: Path) -> None:
