@@ -25,6 +25,7 @@ and data were last touched a whole segment ago; ``launch`` against ``none`` is w
 leaves cold behind it; both as ``K`` grows.
 """
 
+import functools
 import json
 import math
 import platform
@@ -37,6 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
 from scripts import common  # noqa: E402
+from scripts.measure.measure_python_work import count  # noqa: E402
 
 SEGMENTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 """Units per segment (``K``)."""
@@ -112,26 +114,6 @@ def time_iteration(segment: Callable[..., None], launch: Callable[[], None] | No
     return min(run(n) for _ in range(rounds))
 
 
-def count_lines(segment: Callable[..., None], state: State) -> tuple[int, int]:
-    """Lines and calls one segment runs, as a trace function counts them."""
-    lines = calls = 0
-
-    def trace(frame: Any, event: str, arg: object) -> Any:
-        nonlocal lines, calls
-        if event == "line":
-            lines += 1
-        elif event == "call":
-            calls += 1
-        return trace
-
-    sys.settrace(trace)
-    try:
-        segment(state, {})
-    finally:
-        sys.settrace(None)
-    return lines, calls
-
-
 def measure(device: str, rounds: int, round_ms: float, passes: int) -> dict[str, Any]:
     import torch
 
@@ -158,7 +140,7 @@ def measure(device: str, rounds: int, round_ms: float, passes: int) -> dict[str,
     rows = []
     for kind in ("same", "distinct"):
         for k in SEGMENTS:
-            lines, calls = count_lines(segments[kind, k], state)
+            lines, calls = count(functools.partial(segments[kind, k], state, {}))
             for after in afters:
                 ns = best[kind, k, after] - best[kind, 0, after]
                 rows.append({"kind": kind, "k": k, "after": after, "lines": lines,
