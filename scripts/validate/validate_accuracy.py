@@ -204,9 +204,9 @@ STEADY_SPAN = 0.05
 """A workload is *steady across hosts* when it was measured on at least two lent host
 instances (:func:`host_instance`) and its session medians span at most this share of the
 lowest: its step does not move with the host CPU, which differs up to 2x between instances. On
-the one- and two-GPU hosts such runs were GPU-bound; on the two 4xH200 hosts, both slow by the
-host-speed benchmark, two host-bound runs (Megatron TP=4, balanced expert parallel) were steady
-too: steady is not proof of GPU-bound."""
+the one- and two-GPU hosts such runs were GPU-bound; two host-bound runs (Megatron TP=4,
+balanced expert parallel) were steady over two 4xH200 hosts and 23% faster on a third: steady
+over few hosts is not proof of GPU-bound."""
 
 
 def steady_across_hosts(case: Case) -> bool:

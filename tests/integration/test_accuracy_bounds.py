@@ -44,16 +44,15 @@ HOLDOUT_MEDIAN_BOUNDS = {("h100", "matmul"): 8.0, ("h100", "memory"): 7.9,
                          ("h100", "attention"): 13.4, ("h200", "matmul"): 6.9,
                          ("h200", "memory"): 8.0, ("h200", "attention"): 13.9}
 """README: median |error| in % of kernels the compute model was not given (held-out shapes)."""
-STEADY_STEP_BOUNDS = (3.0, 12.2)
+STEADY_STEP_BOUNDS = (3.5, 12.2)
 """README: (mean, max) |step error| in % over the workloads steady across host instances, in
-reproducible mode (the README's mean is 2.9%; the bound leaves 0.1 point for the two-rank runs;
+reproducible mode (the README's mean is 3.4%; the bound leaves 0.1 point for the two-rank runs;
 the harness's goal is a mean of 5% and a max of 10%: the max is missed by GPT-2 350M batch 8 on
 2xH200)."""
 STEADY_CI_MAX_RANKS = 2
-"""The steady workloads CI simulates have at most this many ranks: the five steady 4xH200 ones
-(pipeline-parallel Llama, Megatron TP=4, expert-parallel MoE) would add ~3 minutes to the test
-command. ``validate_accuracy.py --steady`` runs them all; ``docs/validation.md`` gives their
-errors."""
+"""The steady workloads CI simulates have at most this many ranks: the three steady 4xH200 ones
+(pipeline-parallel Llama: 1F1B, GPipe, interleaved) would add ~1.5 minutes to the test command.
+``validate_accuracy.py --steady`` runs them all; ``docs/validation.md`` gives their errors."""
 HOST_BOUND_STEP_BOUNDS = (10.7, 42.2)
 """README: (mean, max) |step error| in % over the CI-sized host-bound workloads (``ci-`` in the
 case's name: a tiny GPT single, DDP, FSDP2 and TP, the tiny MoE on H100 and on H200 replaying
