@@ -1,6 +1,6 @@
 """Measure what a line of Python costs on a GPU host as a function of how recently that same line
-ran and whether a GPU op was launched just before it: the evidence behind the cold-code model of
-``intercept.host_time.python_work``.
+ran and whether a GPU op was launched just before it: evidence on what the cold-code factor of
+``intercept.host_time.python_work`` stands for (``docs/models/host.md``, known limits).
 
 Run on a lent GPU host (its CPU is the reference), with the device machines' own Python and torch:
 
@@ -65,12 +65,12 @@ class State:
             setattr(self, f"width_{j}", j)
 
 
-def make_units(count: int) -> list[Callable[[State, dict[str, int]], float]]:
-    """``count`` distinct units, each its own code object reading its own attribute."""
+def make_units(n: int) -> list[Callable[[State, dict[str, int]], float]]:
+    """``n`` distinct units, each its own code object reading its own attribute."""
     namespace: dict[str, Any] = {}
-    exec(compile("".join(UNIT_TEMPLATE.format(i=i, j=i) for i in range(count)),
+    exec(compile("".join(UNIT_TEMPLATE.format(i=i, j=i) for i in range(n)),
                  "<units>", "exec"), namespace)
-    return [namespace[f"unit_{i}"] for i in range(count)]
+    return [namespace[f"unit_{i}"] for i in range(n)]
 
 
 def make_segment(kind: str, k: int, units: list[Callable[..., float]]) -> Callable[..., None]:

@@ -110,11 +110,6 @@ def test_steady_workloads_stay_within_the_readme_bounds_in_reproducible_mode(
     _assert_within(STEADY_STEP_BOUNDS, tmp_path, [_reproducible(case) for case in cases])
 
 
-def _ranks(case: harness.Case) -> int:
-    return int(case.scenario["workload"]["nproc_per_node"]) * int(
-        case.scenario["cluster"].get("hosts", 1))
-
-
 def _reproducible(case: harness.Case) -> harness.Case:
     """``case`` in reproducible mode. There every step of a one-process run after the warm-up
     takes the same time (checked on each such case: the median of steps 3-8 is step 3's), so
