@@ -430,18 +430,39 @@ def execute(runs: list[Run], out: Path, machine: str, budget_s: float | None = N
 
 
 PROFILE_RUNNER = Path(__file__).resolve().with_name("profile_run.py")
+CALL_TIMER = Path(__file__).resolve().with_name("time_host_calls.py")
+
+
+def _under(runs: list[Run], runner: Path, out_dir: Path, machine: str) -> list[Run]:
+    """Each run (but the ``profile-`` ones) under ``runner --out <out_dir>/<machine>_<run> --``."""
+    return [replace(r, runner=(str(runner), "--out", str(out_dir / f"{machine}_{r.name}"), "--",
+                               *r.runner))
+            if not r.name.startswith(PROFILE_PREFIX) else r for r in runs]
 
 
 def plan_runs(suites: str, nproc: int, trace_dir: Path | None = None,
-              machine: str = "") -> list[Run]:
+              machine: str = "", calls_dir: Path | None = None) -> list[Run]:
     """The runs of the comma-separated ``suites``, distributed ones on ``nproc`` GPUs; with
-    ``trace_dir``, each under ``profile_run.py``, writing ``<trace_dir>/<machine>_<run>/``."""
+    ``trace_dir``, each under ``profile_run.py``, writing ``<trace_dir>/<machine>_<run>/``; with
+    ``calls_dir``, under ``time_host_calls.py`` (each collective call's host time, unprofiled),
+    writing ``<calls_dir>/<machine>_<run>/``."""
     runs = [r for name in suites.split(",") if name.strip() for r in suite(name.strip(), nproc)]
-    if trace_dir is None:
-        return runs
-    return [replace(r, runner=(str(PROFILE_RUNNER), "--out",
-                               str(trace_dir / f"{machine}_{r.name}"), "--", *r.runner))
-            if not r.name.startswith(PROFILE_PREFIX) else r for r in runs]
+    if trace_dir is not None:
+        runs = _under(runs, PROFILE_RUNNER, trace_dir, machine)
+    if calls_dir is not None:
+        runs = _under(runs, CALL_TIMER, calls_dir, machine)
+    return runs
+
+
+def only_runs(runs: list[Run], names: list[str]) -> list[Run]:
+    """The runs named, in the order named (a budget that runs out ends the last); a name no
+    suite has is an error naming it."""
+    unknown = sorted(set(names) - {r.name for r in runs})
+    if unknown:
+        raise ValueError(f"--only: no run named {', '.join(unknown)} in these suites "
+                         f"(they have: {', '.join(r.name for r in runs)})")
+    by_name = {r.name: r for r in runs}
+    return [by_name[name] for name in dict.fromkeys(names)]
 
 
 def describe_runs(runs: list[Run], out: Path, machine: str) -> str:
@@ -587,6 +608,11 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument("--trace-dir", type=Path,
                      help="run each under profile_run.py (step 6 profiled), one Kineto trace "
                           "per rank in <trace-dir>/<machine>_<run>/; '{machine}' is replaced")
+    run.add_argument("--only",
+                     help="comma list of run names of the suites to keep (the others are left out)")
+    run.add_argument("--calls-dir", type=Path,
+                     help="run each under time_host_calls.py: each collective call's host time "
+                          "per rank in <calls-dir>/<machine>_<run>/; '{machine}' is replaced")
     run.add_argument("--single-side-by-side", action="store_true",
                      help="run the one-GPU runs first, one per visible GPU at a time")
     run.add_argument("--dry-run", action="store_true",
@@ -608,7 +634,11 @@ def main(argv: list[str] | None = None) -> None:
         try:
             trace_dir = (Path(str(args.trace_dir).replace("{machine}", machine))
                          if args.trace_dir else None)
-            runs = plan_runs(args.suites, nproc, trace_dir, machine)
+            calls_dir = (Path(str(args.calls_dir).replace("{machine}", machine))
+                         if args.calls_dir else None)
+            runs = plan_runs(args.suites, nproc, trace_dir, machine, calls_dir)
+            if args.only:
+                runs = only_runs(runs, args.only.split(","))
         except ValueError as exc:
             parser.error(str(exc))
         print(describe_runs(runs, out, machine), flush=True)

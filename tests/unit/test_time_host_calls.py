@@ -1,0 +1,40 @@
+"""``scripts/measure/time_host_calls.py``: collective calls are timed per training step."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from scripts.common import REPO
+
+SCRIPT = """
+import os
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo", rank=0, world_size=1, init_method="tcp://127.0.0.1:29531")
+w = torch.nn.Parameter(torch.ones(4))
+opt = torch.optim.SGD([w], lr=0.1)
+for step in range(1, 6):
+    for _ in range(step):  # step s makes s all_reduce calls
+        dist.all_reduce(torch.ones(4))
+    dist.broadcast(torch.ones(2), src=0)
+    w.sum().backward()
+    opt.step()
+dist.destroy_process_group()
+"""
+
+
+def test_calls_from_the_first_timed_step_on_are_recorded(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    out = tmp_path / "calls"
+    subprocess.run([sys.executable, str(REPO / "scripts" / "measure" / "time_host_calls.py"),
+                    "--out", str(out), "--from", "3", "--", str(script)], check=True,
+                   cwd=tmp_path, timeout=120)
+    record = json.loads((out / "rank0.json").read_text())
+    assert (record["first_step"], record["last_step"]) == (3, 5)
+    ops = record["ops"]
+    assert len(ops["all_reduce"]["durations_us"]) == 3 + 4 + 5
+    assert ops["all_reduce"]["calls_per_step"] == 4.0
+    assert ops["broadcast"]["calls_per_step"] == 1.0
+    assert all(d > 0 for d in ops["broadcast"]["durations_us"])
