@@ -17,6 +17,7 @@ steps ``--from`` onwards, and the number of calls per step.
 
   torchrun --nproc_per_node 4 scripts/measure/time_host_calls.py --out DIR -- \\
       scenarios/examples/megatron_gpt.py --tp 4 ...
+  python3 scripts/measure/time_host_calls.py summarize ROOT   # a table of ROOT/<run>/rank*.json
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import argparse
 import functools
 import json
 import os
+import statistics
 import sys
 import time
 from collections import defaultdict
@@ -97,7 +99,30 @@ class CallTimer:
                         for name, values in sorted(self.durations_us.items())}}
 
 
+def summarize(root: Path) -> str:
+    """One line per run folder under ``root`` (``<machine>_<run>/rank<r>.json``) and operation:
+    calls per step (rank mean) and the call time's median, mean and 90th percentile over all
+    ranks' calls (us)."""
+    lines = [f"{'run':<44} {'op':<24} {'calls/step':>10} {'median us':>10} {'mean us':>9} "
+             f"{'p90 us':>8} {'ms/step':>8}"]
+    for run in sorted(p for p in root.iterdir() if p.is_dir()):
+        ranks = [json.loads(path.read_text()) for path in sorted(run.glob("rank*.json"))]
+        for op in sorted({op for record in ranks for op in record["ops"]}):
+            rows = [record["ops"][op] for record in ranks if op in record["ops"]]
+            values = sorted(v for row in rows for v in row["durations_us"])
+            per_step = statistics.mean(row["calls_per_step"] for row in rows)
+            mean = statistics.mean(values)
+            lines.append(f"{run.name:<44} {op:<24} {per_step:>10.1f} "
+                         f"{statistics.median(values):>10.1f} {mean:>9.1f} "
+                         f"{values[int(0.9 * (len(values) - 1))]:>8.1f} "
+                         f"{per_step * mean / 1e3:>8.2f}")
+    return "\n".join(lines)
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["summarize"]:
+        print(summarize(Path(sys.argv[2])))
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="folder for rank<r>.json")

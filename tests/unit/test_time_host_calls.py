@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from scripts.common import REPO
+from scripts.measure import time_host_calls
 
 SCRIPT = """
 import os
@@ -28,7 +29,7 @@ def test_calls_from_the_first_timed_step_on_are_recorded(tmp_path: Path) -> None
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     out = tmp_path / "calls"
-    subprocess.run([sys.executable, str(REPO / "scripts" / "measure" / "time_host_calls.py"),
+    subprocess.run([sys.executable, str(time_host_calls.__file__),
                     "--out", str(out), "--from", "3", "--", str(script)], check=True,
                    cwd=tmp_path, timeout=120)
     record = json.loads((out / "rank0.json").read_text())
@@ -38,3 +39,15 @@ def test_calls_from_the_first_timed_step_on_are_recorded(tmp_path: Path) -> None
     assert ops["all_reduce"]["calls_per_step"] == 4.0
     assert ops["broadcast"]["calls_per_step"] == 1.0
     assert all(d > 0 for d in ops["broadcast"]["durations_us"])
+
+
+def test_the_summary_has_a_row_per_run_and_op(tmp_path: Path) -> None:
+    run = tmp_path / "h200x2_ddp"
+    run.mkdir()
+    for rank, durations in enumerate(([10.0, 30.0], [20.0, 40.0])):
+        (run / f"rank{rank}.json").write_text(json.dumps(
+            {"first_step": 3, "last_step": 4,
+             "ops": {"all_reduce": {"calls_per_step": 1.0, "durations_us": durations}}}))
+    rows = time_host_calls.summarize(tmp_path).splitlines()
+    assert len(rows) == 2
+    assert rows[1].split() == ["h200x2_ddp", "all_reduce", "1.0", "25.0", "25.0", "30.0", "0.03"]
