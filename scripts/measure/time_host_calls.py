@@ -12,8 +12,10 @@ collective's time is its enqueue; a synchronous one's is what the caller waits. 
 framework issues from C++ (DDP's reducer) or through functional collectives (DTensor) do not
 pass through these functions and are not timed.
 
-Each rank writes ``<out>/rank<r>.json``: per operation, the call durations (us) of training
-steps ``--from`` onwards, and the number of calls per step.
+Each rank writes ``<out>/rank<r>.json``: per operation and group size (``all_reduce/2``), the
+call durations (us) of training steps ``--from`` onwards, and the number of calls per step;
+``timeline_us``: each call's start (us after the first timed call), duration and key, in order
+(how long since the previous collective a call came, for how cold its code path ran).
 
   torchrun --nproc_per_node 4 scripts/measure/time_host_calls.py --out DIR -- \\
       scenarios/examples/megatron_gpt.py --tp 4 ...
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import inspect
 import json
 import os
 import statistics
@@ -47,6 +50,17 @@ FIRST_STEP = 3
 """Steps 1-2 are warm-up (NCCL communicators, allocator)."""
 
 
+def group_size(signature: inspect.Signature, args: tuple[Any, ...],
+               kwargs: dict[str, Any]) -> int:
+    """The size of the group a collective call runs on (its ``group`` argument, else the
+    default group): a one-rank group's collective is a local copy, far cheaper on the host."""
+    try:
+        group = signature.bind_partial(*args, **kwargs).arguments.get("group")
+    except TypeError:
+        group = None
+    return dist.get_world_size(group)
+
+
 class CallTimer:
     """Per operation, the duration of each call made from training step ``first`` on."""
 
@@ -55,7 +69,9 @@ class CallTimer:
         self.step = 1
         self._owner: int | None = None
         self.durations_us: dict[str, list[float]] = defaultdict(list)
-        self.calls_per_step: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+        """Per ``<operation>/<group size>``."""
+        self.timeline: list[tuple[float, float, str]] = []
+        """Every timed call in order: its ``perf_counter`` start and end and its key."""
 
     def on_optimizer_step(self, optimizer: torch.optim.Optimizer, args: object,
                           kwargs: object) -> None:
@@ -67,15 +83,19 @@ class CallTimer:
             self.step += 1
 
     def wrap(self, name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(function)
+
         @functools.wraps(function)
         def timed(*args: Any, **kwargs: Any) -> Any:
             start = time.perf_counter()
             try:
                 return function(*args, **kwargs)
             finally:
+                end = time.perf_counter()
                 if self.step >= self.first:
-                    self.durations_us[name].append((time.perf_counter() - start) * 1e6)
-                    self.calls_per_step[name][self.step] += 1
+                    key = f"{name}/{group_size(signature, args, kwargs)}"
+                    self.durations_us[key].append((end - start) * 1e6)
+                    self.timeline.append((start, end, key))
 
         return timed
 
@@ -93,10 +113,13 @@ class CallTimer:
 
     def record(self) -> dict[str, Any]:
         steps = max(self.step - self.first, 1)
+        origin = self.timeline[0][0] if self.timeline else 0.0
         return {"first_step": self.first, "last_step": self.step - 1,
                 "ops": {name: {"calls_per_step": len(values) / steps,
                                "durations_us": [round(v, 2) for v in values]}
-                        for name, values in sorted(self.durations_us.items())}}
+                        for name, values in sorted(self.durations_us.items())},
+                "timeline_us": [[round((start - origin) * 1e6, 1), round((end - start) * 1e6, 2),
+                                 key] for start, end, key in self.timeline]}
 
 
 def summarize(root: Path) -> str:

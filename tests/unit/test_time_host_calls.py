@@ -35,10 +35,14 @@ def test_calls_from_the_first_timed_step_on_are_recorded(tmp_path: Path) -> None
     record = json.loads((out / "rank0.json").read_text())
     assert (record["first_step"], record["last_step"]) == (3, 5)
     ops = record["ops"]
-    assert len(ops["all_reduce"]["durations_us"]) == 3 + 4 + 5
-    assert ops["all_reduce"]["calls_per_step"] == 4.0
-    assert ops["broadcast"]["calls_per_step"] == 1.0
-    assert all(d > 0 for d in ops["broadcast"]["durations_us"])
+    assert len(ops["all_reduce/1"]["durations_us"]) == 3 + 4 + 5
+    assert ops["all_reduce/1"]["calls_per_step"] == 4.0
+    assert ops["broadcast/1"]["calls_per_step"] == 1.0
+    assert all(d > 0 for d in ops["broadcast/1"]["durations_us"])
+    timeline = record["timeline_us"]
+    assert [key for _, _, key in timeline[:4]] == ["all_reduce/1"] * 3 + ["broadcast/1"]
+    starts = [start for start, _, _ in timeline]
+    assert starts[0] == 0 and starts == sorted(starts)
 
 
 def test_the_summary_has_a_row_per_run_and_op(tmp_path: Path) -> None:
