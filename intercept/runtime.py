@@ -82,6 +82,8 @@ class RankRuntime:
         self._comm_streams: dict[_CommKey, int] = {}
         """Group (collectives) or (group, src, dst) (p2p) -> its stream id."""
         self._seqs: dict[_CommKey, int] = {}
+        self._last_collective_ns: int | None = None
+        """When the rank's previous collective call ended (virtual ns)."""
 
     def set_value_sink(self, sink: ValueSink) -> None:
         """Where the values of this rank's collectives go (the fake mode's value store)."""
@@ -225,7 +227,7 @@ class RankRuntime:
                 comm_stream = self._comm_streams[key] = -1 - len(self._comm_streams)
             ready = self.new_event()
             done = self.new_event()
-            self._host(f"c10d:{op}", self.host_costs.collective_ns(op))
+            self._collective_host(op, len(ranks))
             add = self._client.add
             add(EventRecord, event=ready, stream=stream)
             add(StreamWait, stream=comm_stream, event=ready)
@@ -253,9 +255,23 @@ class RankRuntime:
         is replaced by its robust estimate (measured mode) or the thread is counted from now on
         if it was not yet (counted mode), then the table's cost and the op's fixed reproducible
         cost are charged."""
+        self._op_boundary(op)
+        self.clock.charge_table(cost_ns)
+
+    def _op_boundary(self, op: str) -> None:
+        """The script's time up to an op's CPU side (see :meth:`_host`)."""
         if self._residual is not None:
             self.clock.correct(self._residual.boundary(op))
         if self._counted_work is not None:
             self._counted_work.count_this_thread()
         self.clock.tick()
+
+    def _collective_host(self, op: str, group_size: int) -> None:
+        """A collective call's CPU side: on a group of two or more ranks its cost grows with
+        the time since the rank's previous collective call ended (any thread, any group)."""
+        self._op_boundary(f"c10d:{op}")
+        now_ns = self.clock.now_ns()
+        gap_ns = None if self._last_collective_ns is None else now_ns - self._last_collective_ns
+        cost_ns = self.host_costs.collective_ns(op, group_size, gap_ns)
         self.clock.charge_table(cost_ns)
+        self._last_collective_ns = now_ns + cost_ns

@@ -41,6 +41,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from intercept.host_time.collective_host import CollectiveCallCost, load_collective_cost
 from intercept.host_time.gemm_heuristic import GemmHeuristic, load_gemm_heuristic
 from intercept.host_time.host_fit import load_fit
 from phantora.calibration.tables import HOST_COSTS
@@ -128,7 +129,11 @@ class HostCostTable:
     :data:`INDEX_PUT_ACCUMULATE` for an accumulating ``index_put`` (a sort inside),
     :data:`SORT_SMALL` and :data:`EMBEDDING_BACKWARD_SMALL` where ATen takes a one-kernel path."""
     collectives_ns: dict[str, int]
-    """c10d's call path per collective (``default`` for ops without a row of their own)."""
+    """c10d's call path per collective on a one-rank group (``default`` for ops without a row
+    of their own)."""
+    group_collectives: CollectiveCallCost
+    """A collective call on a group of two or more ranks, by the time since the rank's
+    previous one (``intercept.host_time.collective_host``)."""
     gemm: GemmHeuristic
     """Extra cost of a cuBLAS product whose shape is new to the process."""
     layers_ns: dict[str, int]
@@ -158,6 +163,7 @@ class HostCostTable:
         return HostCostTable(reference, round(self.script_call_ns * factor),
                              scale(self.families_ns), round(self.foreach_per_tensor_ns * factor),
                              scale(self.ops_ns), scale(self.collectives_ns),
+                             self.group_collectives.scaled(reference, factor),
                              self.gemm.scaled(reference, factor), scale(self.layers_ns),
                              {**self.provenance, "scaled_from": self.reference,
                               "scale_factor": round(factor, 4)})
@@ -175,9 +181,14 @@ class HostCostTable:
             cost += self.foreach_per_tensor_ns * max(0, tensors - 1)
         return max(0, cost - self.script_call_ns)
 
-    def collective_ns(self, op: str) -> int:
-        """The charge for issuing one collective through c10d (``all_reduce``, ``send``...)."""
-        cost = self.collectives_ns.get(op, self.collectives_ns["default"])
+    def collective_ns(self, op: str, group_size: int = 1, gap_ns: int | None = None) -> int:
+        """The charge for issuing one collective through c10d (``all_reduce``, ``send``...) on a
+        group of ``group_size`` ranks, ``gap_ns`` after the rank's previous collective call
+        ended (``None``: its first); the gap matters on groups of two or more."""
+        if group_size > 1:
+            cost = self.group_collectives.call_ns(op, gap_ns)
+        else:
+            cost = self.collectives_ns.get(op, self.collectives_ns["default"])
         return max(0, cost - self.script_call_ns)
 
 
@@ -210,11 +221,15 @@ def table_from_json(data: dict[str, Any], gemm: GemmHeuristic | None = None) -> 
     if gemm.reference != data["reference"]:
         raise ValueError(f"host cost table for {data['reference']!r}, GEMM heuristic costs for "
                          f"{gemm.reference!r}: measure both on one reference host")
+    group_collectives = load_collective_cost()
+    if group_collectives.reference != data["reference"]:
+        raise ValueError(f"host cost table for {data['reference']!r}, collective call costs for "
+                         f"{group_collectives.reference!r}: put both on one reference host")
     return HostCostTable(reference=str(data["reference"]),
                          script_call_ns=int(data["script_call_ns"]), families_ns=families,
                          foreach_per_tensor_ns=int(data["foreach_per_tensor_ns"]),
                          ops_ns=ops, collectives_ns=collectives,
-                         gemm=gemm,
+                         group_collectives=group_collectives, gemm=gemm,
                          layers_ns=layers, provenance=dict(data["provenance"]))
 
 

@@ -90,6 +90,18 @@ HOST_FIT = Table(DATA_DIR / "host_fit.json", Source(
 """Host-time constants fitted on real steps: Python's cold-code factor, DTensor's dispatch per
 op (``intercept.host_time.host_fit``)."""
 
+COLLECTIVE_HOST = Table(DATA_DIR / "collective_host.json", Source(
+    file="scripts/measure/data/collective_host/ (the calls of 10 training runs on a lent 2xH200)",
+    date="2026-11-28",
+    gpu="2x NVIDIA H200 (lent nvidia-h200-x2; 32 vCPUs of an Intel Xeon)",
+    nccl="2.28.9", torch="2.11.0+cu130",
+    how="scripts/measure/time_host_calls.py fit: every collective call on a group of two ranks "
+        "(barriers aside) of the runs' steps 3.., timed unprofiled, with the time since the "
+        "rank's previous collective; robust least squares, on the reference host by the "
+        "host-speed benchmark's torch_ops component"))
+"""Host cost of a collective call on a group of two or more ranks, by the time since the rank's
+previous collective call (``intercept.host_time.collective_host``)."""
+
 HOST_SPEED = Table(DATA_DIR / "host_speed.json", Source(
     file="scripts/measure/data/host/h100-x1-b.json, scripts/measure/data/host/h200-x2.json",
     date="2026-11-22",
