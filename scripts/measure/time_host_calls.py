@@ -50,8 +50,10 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
 from intercept.host_time.c10d_host import COLLECTIVE_FUNCTIONS  # noqa: E402
+from intercept.host_time.collective_host import ROWS  # noqa: E402
+from intercept.host_time.host_cost import load_table  # noqa: E402
+from phantora.calibration.host_references import references  # noqa: E402
 from scripts.common import run_as_main  # noqa: E402
-from scripts.measure.measure_host_speed import median_from_report  # noqa: E402
 
 FIRST_STEP = 3
 """Steps 1-2 are warm-up (NCCL communicators, allocator)."""
@@ -178,17 +180,22 @@ class Call:
     run: str
 
 
-def session_calls(session: Path, reference_torch_ops_ns: int) -> list[Call]:
-    """The calls of ``session/calls/<run>/rank*.json`` (with timelines) on groups of two or
-    more, their times put on the reference host by the session's host-speed report (its env
-    log, ``session/*_env.log``: the ``torch_ops`` component, what c10d's and NCCL's host path is
-    made of)."""
-    env_logs = sorted(session.glob("*_env.log"))
-    if not env_logs:
-        raise SystemExit(f"{session}: no *_env.log with the host-speed report")
-    factor = reference_torch_ops_ns / median_from_report(env_logs[0].read_text())["torch_ops"]
+def session_calls(session: Path, reference: str) -> list[Call]:
+    """The calls of ``session/calls/<machine>_<run>/rank*.json`` (with timelines) on groups of
+    two or more, on the ``reference`` host: the lent host they ran on counts as its GPU's
+    reference host (as the host-cost table's was), scaled as the table is, by the two reference
+    hosts' ``torch_ops`` benchmark component. Not by the session's own benchmark: two 2xH200
+    hosts whose benchmarks differed 1.8x ran these calls within 15% of each other."""
+    hosts = references().hosts
+    factors = {}
     calls = []
     for rank_file in sorted(session.glob("calls/*/rank*.json")):
+        machine = rank_file.parent.name.partition("_")[0]
+        if machine not in factors:
+            gpu_host = references().for_gpu(machine.rstrip("0123456789").removesuffix("x")).name
+            factors[machine] = (hosts[reference].components_ns["torch_ops"]
+                                / hosts[gpu_host].components_ns["torch_ops"])
+        factor = factors[machine]
         previous_end_us = None
         for start_us, duration_us, key in json.loads(rank_file.read_text())["timeline_us"]:
             function, _, size = key.partition("/")
@@ -219,12 +226,8 @@ def fit_calls(calls: list[Call], tau_ns: float) -> tuple[dict[str, float], float
 def fit(sessions: list[Path]) -> dict[str, Any]:
     """The ``collective_host.json`` document fitted on the sessions' calls (the step of the
     grid ``TAU_GRID_US`` with the lowest median relative error)."""
-    from intercept.host_time.collective_host import ROWS
-    from phantora.calibration.host_references import references
-
-    reference = references().hosts["h100-host"]
-    calls = [call for session in sessions
-             for call in session_calls(session, reference.components_ns["torch_ops"])]
+    reference = load_table().reference
+    calls = [call for session in sessions for call in session_calls(session, reference)]
     if not calls:
         raise SystemExit("no timed calls on groups of two or more ranks (timelines) found")
     best = min(((tau_us, *fit_calls(calls, tau_us * 1e3)) for tau_us in TAU_GRID_US),
@@ -235,7 +238,7 @@ def fit(sessions: list[Path]) -> dict[str, Any]:
         raise SystemExit(f"no calls of {', '.join(sorted(missing))}: cannot fit their rows")
     hot_ns = {row: max(0, round(hot[row])) for row in ROWS if row != "default"}
     hot_ns["default"] = round(statistics.median(hot_ns.values()))
-    return {"reference": reference.name, "hot_ns": hot_ns, "slope_ns": round(slope),
+    return {"reference": reference, "hot_ns": hot_ns, "slope_ns": round(slope),
             "tau_ns": round(tau_us * 1e3), "max_gap_ns": round(float(np.quantile([c.gap_ns for c in calls], MAX_GAP_QUANTILE))),
             "provenance": {"sessions": [str(s) for s in sessions], "calls": len(calls),
                            "runs": sorted({c.run for c in calls}),

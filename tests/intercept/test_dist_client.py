@@ -186,6 +186,28 @@ def test_ops_and_collectives_charge_the_host_cost_table() -> None:
     assert runtime.clock.host_split().table_ns == sum(charged)
 
 
+def test_a_collective_on_two_ranks_costs_more_the_longer_since_the_last() -> None:
+    from tests.intercept.dist_coordinator import make_runtime
+
+    runtime, _ = make_runtime(op_cost_ns=0)
+    model = runtime.host_costs.group_collectives
+
+    def charged() -> int:
+        before = runtime.clock.now_ns()
+        runtime.collective(group="0", ranks=(0, 1), op="all_reduce", nbytes=64, dtype_bytes=4,
+                           stream=0)
+        return runtime.clock.now_ns() - before
+
+    first, back_to_back = charged(), charged()
+    runtime.clock.charge(2_000_000)  # 2 ms of other host work
+    after_work = charged()
+    call = runtime.host_costs.script_call_ns
+    assert first == model.call_ns("all_reduce", None) - call
+    assert back_to_back == model.call_ns("all_reduce", 0) - call
+    assert after_work == model.call_ns("all_reduce", 2_000_000) - call
+    assert back_to_back < after_work < first
+
+
 def test_the_exit_reports_the_host_speed_factor_in_force() -> None:
     from tests.intercept.dist_coordinator import make_runtime
 

@@ -1,11 +1,13 @@
 """``scripts/measure/time_host_calls.py``: collective calls are timed per training step."""
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
 
-from scripts.common import REPO
+import pytest
+
 from scripts.measure import time_host_calls
 
 SCRIPT = """
@@ -55,3 +57,13 @@ def test_the_summary_has_a_row_per_run_and_op(tmp_path: Path) -> None:
     rows = time_host_calls.summarize(tmp_path).splitlines()
     assert len(rows) == 2
     assert rows[1].split() == ["h200x2_ddp", "all_reduce", "1.0", "25.0", "25.0", "30.0", "0.03"]
+
+
+def test_the_fit_recovers_a_model_the_calls_follow() -> None:
+    hot = {"all_reduce": 40e3, "all_gather": 15e3}
+    calls = [time_host_calls.Call(row, gap, hot[row] + 17e3 * math.log1p(gap / 20e3), "run")
+             for row in hot for gap in (0.0, 5e3, 50e3, 400e3, 3e6, 9e6)]
+    fitted_hot, slope, error = time_host_calls.fit_calls(calls, tau_ns=20e3)
+    assert slope == pytest.approx(17e3, rel=1e-3)
+    assert fitted_hot == pytest.approx(hot, rel=1e-3)
+    assert error < 1e-3
