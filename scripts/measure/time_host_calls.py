@@ -184,8 +184,9 @@ def session_calls(session: Path, reference: str) -> list[Call]:
     """The calls of ``session/calls/<machine>_<run>/rank*.json`` (with timelines) on groups of
     two or more, on the ``reference`` host: the lent host they ran on counts as its GPU's
     reference host (as the host-cost table's was), scaled as the table is, by the two reference
-    hosts' ``torch_ops`` benchmark component. Not by the session's own benchmark: two 2xH200
-    hosts whose benchmarks differed 1.8x ran these calls within 15% of each other."""
+    hosts' ``torch_ops`` benchmark component. Not by the session's own benchmark: on two 2xH200
+    hosts whose benchmarks differed 1.8x, a run's median call of an op differed 0.61-1.15x
+    (median 0.86; sessions ``h200x2.i`` and ``h200x2.j``)."""
     hosts = references().hosts
     factors = {}
     calls = []
