@@ -105,18 +105,6 @@ def report(measurements: list[dict[str, int]], summary: Mapping[str, int]) -> No
         print(f"speed against {reference.name}: reference/local = {ratio.factor:.3f}")
 
 
-def median_from_report(text: str) -> dict[str, int]:
-    """Each component's median (ns) from a :func:`report` printed into a log (a measurement
-    session's env log); the last report where there are several."""
-    header = [line for line in text.splitlines() if line.startswith("measurement ")]
-    medians = [line for line in text.splitlines() if line.split()[:1] == ["median"]]
-    if not header or not medians:
-        raise ValueError("no host-speed report (a 'measurement ...' header and a 'median' row)")
-    names = header[-1].split()[1:-1]
-    values = medians[-1].split()[1:len(names) + 1]
-    return {name: round(float(value) * _NS_PER_MS) for name, value in zip(names, values)}
-
-
 def import_record(record_path: Path, name: str, gpus: list[str], description: str,
                   data_path: Path) -> None:
     """Put the record's median components into ``data_path`` as reference host ``name``."""

@@ -53,14 +53,14 @@ STEADY_CI_MAX_RANKS = 2
 """The steady workloads CI simulates have at most this many ranks: the three steady 4xH200 ones
 (pipeline-parallel Llama: 1F1B, GPipe, interleaved) would add ~1.5 minutes to the test command.
 ``validate_accuracy.py --steady`` runs them all; ``docs/validation.md`` gives their errors."""
-HOST_BOUND_STEP_BOUNDS = (10.7, 42.2)
+HOST_BOUND_STEP_BOUNDS = (9.9, 39.6)
 """README: (mean, max) |step error| in % over the CI-sized host-bound workloads (``ci-`` in the
 case's name: a tiny GPT single, DDP, FSDP2 and TP, the tiny MoE on H100 and on H200 replaying
 their runs' routing traces) with counted host time, the default; deterministic on one rank, so
-one simulation each (the README's mean is 10.6%; the bound leaves 0.1 point for the two-rank
+one simulation each (the README's mean is 9.8%; the bound leaves 0.1 point for the two-rank
 runs, which move by tenths of a point between runs). The max is the tiny GPT on 1xH100
-(+42.2%: its three stored sessions span 9.5-13.8 ms, a fourth host that day ran it at 16.8
-ms); next is the tiny MoE on H100 (+9.0%)."""
+(+39.6%: its three stored sessions span 9.5-13.8 ms, a fourth host that day ran it at 16.8
+ms); next is the tiny MoE on H100 (+7.9%)."""
 
 
 def _rounded_up(value: float) -> float:
@@ -183,13 +183,17 @@ def _simulate(case: harness.Case, out_root: Path) -> harness.Outcome:
 # --- golden summaries ----------------------------------------------------------------------
 
 GOLDEN_SCENARIOS = {
-    "h200x2-nvswitch-collectives": ({}, 0.0),
-    "2x8-h100-rail-allreduce": ({}, 0.0),
-    "h100x2-gpt-ddp": ({"simulation": {"reproducible": True}}, 3e-4),
+    "h200x2-nvswitch-collectives": ({}, 0.0, 0.0),
+    "2x8-h100-rail-allreduce": ({}, 0.0, 0.0),
+    "h100x2-gpt-ddp": ({"simulation": {"reproducible": True}}, 3e-4, 5e-3),
 }
-"""Bundled scenario -> (overrides, relative tolerance of simulated times). Collectives are
-deterministic to the ns; a reproducible-mode script within 0.03% where collectives overlap
-kernels (the README's claim)."""
+"""Bundled scenario -> (overrides, relative tolerance of simulated times, of a collective's mean
+time). Collectives are deterministic to the ns; a reproducible-mode script within 0.03% where
+collectives overlap kernels (the README's claim), one collective's mean time within 0.5%: the
+ranks reach a DDP bucket's all_reduce at different times (their collective calls cost what the
+time since their previous one says) and whether the overlap model knows the collective's end
+when a kernel beside it is fixed depends on how far the other rank has run
+(``phantora.engine.overlap``); 0.33% apart in two runs of the tiny DDP, the steps identical."""
 
 
 def _numbers(summary: dict[str, Any]) -> dict[str, Any]:
@@ -207,18 +211,21 @@ def _numbers(summary: dict[str, Any]) -> dict[str, Any]:
     return kept
 
 
-def _assert_close(actual: Any, golden: Any, rel: float, where: str) -> None:
-    """Equal structure; ints and floats named like times within ``rel``, the rest exact."""
+def _assert_close(actual: Any, golden: Any, rel: float, where: str,
+                  collective_rel: float = 0.0) -> None:
+    """Equal structure; ints and floats named like times within ``rel`` (a collective's mean
+    time, under ``collectives``, within ``collective_rel``), the rest exact."""
     if isinstance(golden, dict):
         assert actual.keys() == golden.keys(), where
         for key in golden:
-            _assert_close(actual[key], golden[key], rel, f"{where}.{key}")
+            _assert_close(actual[key], golden[key], rel, f"{where}.{key}", collective_rel)
     elif isinstance(golden, list):
         assert len(actual) == len(golden), where
         for index, (a, g) in enumerate(zip(actual, golden, strict=True)):
-            _assert_close(a, g, rel, f"{where}[{index}]")
+            _assert_close(a, g, rel, f"{where}[{index}]", collective_rel)
     elif where.endswith(("_ns", "_us")):
-        assert actual == pytest.approx(golden, rel=rel, abs=0), where
+        bound = max(rel, collective_rel) if ".collectives[" in where else rel
+        assert actual == pytest.approx(golden, rel=bound, abs=0), where
     else:
         assert actual == golden, where
 
@@ -226,7 +233,7 @@ def _assert_close(actual: Any, golden: Any, rel: float, where: str) -> None:
 @pytest.mark.parametrize("name", sorted(GOLDEN_SCENARIOS))
 def test_bundled_scenario_matches_its_golden_summary(name: str, tmp_path: Path,
                                                      run_cli: Any) -> None:
-    overrides, rel = GOLDEN_SCENARIOS[name]
+    overrides, rel, collective_rel = GOLDEN_SCENARIOS[name]
     source = ROOT / "scenarios" / f"{name}.yaml"
     scenario = {**yaml.safe_load(source.read_text()), **overrides}
     workload = scenario["workload"]
@@ -241,4 +248,4 @@ def test_bundled_scenario_matches_its_golden_summary(name: str, tmp_path: Path,
         golden_path.parent.mkdir(exist_ok=True)
         golden_path.write_text(json.dumps(actual, indent=1) + "\n")
     golden = json.loads(golden_path.read_text())
-    _assert_close(actual, golden, rel, name)
+    _assert_close(actual, golden, rel, name, collective_rel)
