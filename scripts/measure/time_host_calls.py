@@ -9,8 +9,9 @@ no simulator state) with ``perf_counter``
 and records each call's duration and the training step it fell in (a global optimizer post-hook
 counts steps, as ``profile_run.py`` does). No synchronisation is added: an asynchronous
 collective's time is its enqueue; a synchronous one's is what the caller waits. Collectives a
-framework issues from C++ (DDP's reducer) or through functional collectives (DTensor) do not
-pass through these functions and are not timed.
+framework issues from C++ (DDP's reducer) do not pass through these functions and are not timed;
+functional collectives (DTensor's, ``torch.distributed._functional_collectives``) are, as
+``funcol.<name>``: their call enqueues, the wait comes later.
 
 Each rank writes ``<out>/rank<r>.json``: per operation and group size (``all_reduce/2``), the
 call durations (us) of training steps ``--from`` onwards, and the number of calls per step;
@@ -45,6 +46,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
 from torch.distributed import distributed_c10d as c10d
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
@@ -59,15 +61,31 @@ FIRST_STEP = 3
 """Steps 1-2 are warm-up (NCCL communicators, allocator)."""
 
 
+FUNCTIONAL_FUNCTIONS = (
+    "all_reduce", "all_gather_tensor", "all_gather_single", "reduce_scatter_tensor",
+    "reduce_scatter_single", "all_to_all_single", "broadcast", "all_gather_tensor_autograd",
+    "reduce_scatter_tensor_autograd", "all_to_all_single_autograd",
+)
+"""The functional collectives (``torch.distributed._functional_collectives``: what DTensor and
+tensor parallel issue) timed as ``funcol.<name>``, those of them this torch has."""
+
+
 def group_size(signature: inspect.Signature, args: tuple[Any, ...],
                kwargs: dict[str, Any]) -> int:
     """The size of the group a collective call runs on (its ``group`` argument, else the
-    default group): a one-rank group's collective is a local copy, far cheaper on the host."""
+    default group): a one-rank group's collective is a local copy, far cheaper on the host.
+    A functional collective's group (ranks, a mesh and its dimension, a name) is resolved to
+    its process group; 0 where that fails."""
     try:
         group = signature.bind_partial(*args, **kwargs).arguments.get("group")
     except TypeError:
         group = None
-    return dist.get_world_size(group)
+    if group is None or isinstance(group, dist.ProcessGroup):
+        return dist.get_world_size(group)
+    try:
+        return c10d._resolve_process_group(funcol._resolve_group_name(group)).size()
+    except (AttributeError, RuntimeError, TypeError, ValueError):
+        return 0
 
 
 class CallTimer:
@@ -109,8 +127,9 @@ class CallTimer:
         return timed
 
     def install(self) -> None:
-        """Replace the collective functions on ``torch.distributed`` and ``distributed_c10d``
-        (modules that bound them by name before this ran keep the originals)."""
+        """Replace the collective functions on ``torch.distributed`` and ``distributed_c10d``,
+        and the functional ones (modules that bound them by name before this ran keep the
+        originals)."""
         for name in COLLECTIVE_FUNCTIONS:
             original = getattr(c10d, name, None)
             if original is None:
@@ -119,6 +138,10 @@ class CallTimer:
             for owner in (c10d, dist):
                 if getattr(owner, name, None) is original:
                     setattr(owner, name, timed)
+        for name in FUNCTIONAL_FUNCTIONS:
+            original = getattr(funcol, name, None)
+            if original is not None:
+                setattr(funcol, name, self.wrap(f"funcol.{name}", original))
 
     def record(self) -> dict[str, Any]:
         steps = max(self.step - self.first, 1)
@@ -158,6 +181,13 @@ ROW_OF_FUNCTION = {
     "reduce_scatter_tensor": "reduce_scatter", "_reduce_scatter_base": "reduce_scatter",
     "reduce_scatter_single": "reduce_scatter", "all_to_all": "all_to_all",
     "all_to_all_single": "all_to_all",
+    **{f"funcol.{name}": row for name, row in (
+        ("all_reduce", "all_reduce"), ("all_gather_tensor", "all_gather"),
+        ("all_gather_single", "all_gather"), ("all_gather_tensor_autograd", "all_gather"),
+        ("reduce_scatter_tensor", "reduce_scatter"), ("reduce_scatter_single", "reduce_scatter"),
+        ("reduce_scatter_tensor_autograd", "reduce_scatter"),
+        ("all_to_all_single", "all_to_all"), ("all_to_all_single_autograd", "all_to_all"),
+        ("broadcast", "broadcast"))},
 }
 """The ``collective_host`` row each timed function is fitted into; calls of the others
 (barriers, which wait for the other ranks; point-to-point) are left out of the fit."""

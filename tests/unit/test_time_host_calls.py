@@ -14,6 +14,7 @@ SCRIPT = """
 import os
 import torch
 import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
 dist.init_process_group("gloo", rank=0, world_size=1, init_method="tcp://127.0.0.1:29531")
 w = torch.nn.Parameter(torch.ones(4))
 opt = torch.optim.SGD([w], lr=0.1)
@@ -21,6 +22,7 @@ for step in range(1, 6):
     for _ in range(step):  # step s makes s all_reduce calls
         dist.all_reduce(torch.ones(4))
     dist.broadcast(torch.ones(2), src=0)
+    funcol.all_reduce(torch.ones(4), "sum", [0]).wait()
     w.sum().backward()
     opt.step()
 dist.destroy_process_group()
@@ -40,9 +42,11 @@ def test_calls_from_the_first_timed_step_on_are_recorded(tmp_path: Path) -> None
     assert len(ops["all_reduce/1"]["durations_us"]) == 3 + 4 + 5
     assert ops["all_reduce/1"]["calls_per_step"] == 4.0
     assert ops["broadcast/1"]["calls_per_step"] == 1.0
+    assert ops["funcol.all_reduce/1"]["calls_per_step"] == 1.0
     assert all(d > 0 for d in ops["broadcast/1"]["durations_us"])
     timeline = record["timeline_us"]
-    assert [key for _, _, key in timeline[:4]] == ["all_reduce/1"] * 3 + ["broadcast/1"]
+    assert [key for _, _, key in timeline[:5]] == (["all_reduce/1"] * 3
+                                                  + ["broadcast/1", "funcol.all_reduce/1"])
     starts = [start for start, _, _ in timeline]
     assert starts[0] == 0 and starts == sorted(starts)
 
