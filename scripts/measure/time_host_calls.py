@@ -1,13 +1,13 @@
 """Time each collective call's host side in an unmodified training script, unprofiled.
 
-The host model charges every ``torch.distributed`` collective a table cost
-(``host_costs.json`` ``collectives_ns``, measured on a one-rank group in a loop). This runner
-measures what the call costs the calling thread inside a real training step: it wraps the
-public collective functions of ``torch.distributed`` (the list the simulator treats as one
-table cost, ``COLLECTIVE_FUNCTIONS`` of ``intercept.host_time.c10d_host``, which loads
-no simulator state) with ``perf_counter``
-and records each call's duration and the training step it fell in (a global optimizer post-hook
-counts steps, as ``profile_run.py`` does). No synchronisation is added: an asynchronous
+What a collective call costs the calling thread inside a real training step, which the host
+model's ``intercept.host_time.collective_host`` is fitted on (``fit``, below). The runner wraps
+the public collective functions of ``torch.distributed`` (the list the simulator charges as one
+call, ``COLLECTIVE_FUNCTIONS`` of ``intercept.host_time.c10d_host``, which loads no simulator
+state) with ``perf_counter`` and records each call's duration, group size and start, and the
+training step it fell in (a global optimizer post-hook counts steps, as ``profile_run.py``
+does). The gap before a call includes the runner's own bookkeeping after the previous one
+(a few us). No synchronisation is added: an asynchronous
 collective's time is its enqueue; a synchronous one's is what the caller waits. Collectives a
 framework issues from C++ (DDP's reducer) do not pass through these functions and are not timed;
 functional collectives (DTensor's, ``torch.distributed._functional_collectives``) are, as
