@@ -91,14 +91,15 @@ HOST_FIT = Table(DATA_DIR / "host_fit.json", Source(
 op (``intercept.host_time.host_fit``)."""
 
 COLLECTIVE_HOST = Table(DATA_DIR / "collective_host.json", Source(
-    file="scripts/measure/data/collective_host/ (the calls of 10 training runs on a lent 2xH200)",
+    file="scripts/measure/data/collective_host/h200x2.j (the calls of 9 training runs on a lent "
+         "2xH200; sessions k and l check it)",
     date="2026-11-28",
     gpu="2x NVIDIA H200 (lent nvidia-h200-x2; 32 vCPUs of an Intel Xeon)",
     nccl="2.28.9", torch="2.11.0+cu130",
     how="scripts/measure/time_host_calls.py fit: every collective call on a group of two ranks "
         "(barriers aside) of the runs' steps 3.., timed unprofiled, with the time since the "
-        "rank's previous collective; robust least squares, on the reference host by the "
-        "host-speed benchmark's torch_ops component"))
+        "rank's previous collective; robust least squares; the lent host taken as the H200 "
+        "reference host, put on the table's by the two references' torch_ops component"))
 """Host cost of a collective call on a group of two or more ranks, by the time since the rank's
 previous collective call (``intercept.host_time.collective_host``)."""
 

@@ -56,6 +56,7 @@ from intercept.host_time.collective_host import ROWS  # noqa: E402
 from intercept.host_time.host_cost import load_table  # noqa: E402
 from phantora.calibration.host_references import references  # noqa: E402
 from scripts.common import run_as_main  # noqa: E402
+from scripts.measure.measure_steps import MACHINE_RE  # noqa: E402
 
 FIRST_STEP = 3
 """Steps 1-2 are warm-up (NCCL communicators, allocator)."""
@@ -95,10 +96,9 @@ class CallTimer:
         self.first = first
         self.step = 1
         self._owner: int | None = None
-        self.durations_us: dict[str, list[float]] = defaultdict(list)
-        """Per ``<operation>/<group size>``."""
         self.timeline: list[tuple[float, float, str]] = []
-        """Every timed call in order: its ``perf_counter`` start and end and its key."""
+        """Every timed call in order: its ``perf_counter`` start and end and its key,
+        ``<operation>/<group size>``."""
 
     def on_optimizer_step(self, optimizer: torch.optim.Optimizer, args: object,
                           kwargs: object) -> None:
@@ -120,9 +120,8 @@ class CallTimer:
             finally:
                 end = time.perf_counter()
                 if self.step >= self.first:
-                    key = f"{name}/{group_size(signature, args, kwargs)}"
-                    self.durations_us[key].append((end - start) * 1e6)
-                    self.timeline.append((start, end, key))
+                    self.timeline.append(
+                        (start, end, f"{name}/{group_size(signature, args, kwargs)}"))
 
         return timed
 
@@ -146,10 +145,12 @@ class CallTimer:
     def record(self) -> dict[str, Any]:
         steps = max(self.step - self.first, 1)
         origin = self.timeline[0][0] if self.timeline else 0.0
+        durations_us: dict[str, list[float]] = defaultdict(list)
+        for start, end, key in self.timeline:
+            durations_us[key].append(round((end - start) * 1e6, 2))
         return {"first_step": self.first, "last_step": self.step - 1,
-                "ops": {name: {"calls_per_step": len(values) / steps,
-                               "durations_us": [round(v, 2) for v in values]}
-                        for name, values in sorted(self.durations_us.items())},
+                "ops": {key: {"calls_per_step": len(values) / steps, "durations_us": values}
+                        for key, values in sorted(durations_us.items())},
                 "timeline_us": [[round((start - origin) * 1e6, 1), round((end - start) * 1e6, 2),
                                  key] for start, end, key in self.timeline]}
 
@@ -192,8 +193,8 @@ ROW_OF_FUNCTION = {
 """The ``collective_host`` row each timed function is fitted into; calls of the others
 (barriers, which wait for the other ranks; point-to-point) are left out of the fit."""
 TAU_GRID_US = (10.0, 20.0, 50.0, 100.0, 200.0)
-"""Where the decay starts; a shorter one fits about as well (median relative error 0.113 at
-2 us against 0.122 at 10 us on session ``h200x2.j``) but leaves the back-to-back cost at zero."""
+"""Where the decay starts; a shorter one fits about as well (median relative error 0.110 at
+2 us against 0.119 at 10 us on session ``h200x2.j``) but leaves the back-to-back cost at zero."""
 MAX_GAP_QUANTILE = 0.99
 """The model's gap is capped at this quantile of the measured gaps: beyond, no data bends the
 logarithm (the longest gaps span a step's end and its data loading)."""
@@ -217,16 +218,14 @@ def session_calls(session: Path, reference: str) -> list[Call]:
     hosts' ``torch_ops`` benchmark component. Not by the session's own benchmark: on two 2xH200
     hosts whose benchmarks differed 1.8x, a run's median call of an op differed 0.61-1.15x
     (median 0.86; sessions ``h200x2.i`` and ``h200x2.j``)."""
-    hosts = references().hosts
-    factors = {}
+    hosts = references()
     calls = []
     for rank_file in sorted(session.glob("calls/*/rank*.json")):
-        machine = rank_file.parent.name.partition("_")[0]
-        if machine not in factors:
-            gpu_host = references().for_gpu(machine.rstrip("0123456789").removesuffix("x")).name
-            factors[machine] = (hosts[reference].components_ns["torch_ops"]
-                                / hosts[gpu_host].components_ns["torch_ops"])
-        factor = factors[machine]
+        machine = MACHINE_RE.match(rank_file.parent.name.partition("_")[0])
+        if machine is None:
+            raise SystemExit(f"{rank_file.parent}: not <machine>_<run>, e.g. h200x2_ddp")
+        factor = (hosts.hosts[reference].components_ns["torch_ops"]
+                  / hosts.for_gpu(machine["gpu"]).components_ns["torch_ops"])
         previous_end_us = None
         for start_us, duration_us, key in json.loads(rank_file.read_text())["timeline_us"]:
             function, _, size = key.partition("/")
