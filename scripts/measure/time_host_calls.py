@@ -11,12 +11,17 @@ does). The gap before a call includes the runner's own bookkeeping after the pre
 collective's time is its enqueue; a synchronous one's is what the caller waits. Collectives a
 framework issues from C++ (DDP's reducer) do not pass through these functions and are not timed;
 functional collectives (DTensor's, ``torch.distributed._functional_collectives``) are, as
-``funcol.<name>``: their call enqueues, the wait comes later.
+``funcol.<name>``: their call enqueues, the wait comes later. The host's waits on the GPU are
+timed too, as ``sync.<name>`` (``Tensor.item``, ``.tolist`` and ``.cpu`` of a CUDA tensor,
+``torch.cuda.synchronize``): how long a rank's host waited tells a host-bound stretch of a step
+from one the GPU (or another rank, through a collective) bounds.
 
 Each rank writes ``<out>/rank<r>.json``: per operation and group size (``all_reduce/2``), the
 call durations (us) of training steps ``--from`` onwards, and the number of calls per step;
 ``timeline_us``: each call's start (us after the first timed call), duration and key, in order
-(how long since the previous collective a call came, for how cold its code path ran).
+(how long since the previous collective a call came, for how cold its code path ran);
+``origin_s``: that first call's ``perf_counter`` (one clock for all ranks of a host: it aligns
+their timelines); ``step_ends_us``: when each timed training step ended, on the same scale.
 
   torchrun --nproc_per_node 4 scripts/measure/time_host_calls.py --out DIR -- \\
       scenarios/examples/megatron_gpt.py --tp 4 ...
@@ -69,6 +74,10 @@ FUNCTIONAL_FUNCTIONS = (
 )
 """The functional collectives (``torch.distributed._functional_collectives``: what DTensor and
 tensor parallel issue) timed as ``funcol.<name>``, those of them this torch has."""
+SYNC_PREFIX = "sync."
+"""Key prefix of the host's waits on the GPU (not collectives: the fit leaves them out)."""
+TENSOR_SYNCS = ("item", "tolist", "cpu")
+"""``torch.Tensor`` methods that wait for the GPU when the tensor is on it."""
 
 
 def group_size(signature: inspect.Signature, args: tuple[Any, ...],
@@ -98,7 +107,8 @@ class CallTimer:
         self._owner: int | None = None
         self.timeline: list[tuple[float, float, str]] = []
         """Every timed call in order: its ``perf_counter`` start and end and its key,
-        ``<operation>/<group size>``."""
+        ``<operation>/<group size>`` (``sync.<name>/0`` for a wait on the GPU)."""
+        self.step_ends: list[float] = []
 
     def on_optimizer_step(self, optimizer: torch.optim.Optimizer, args: object,
                           kwargs: object) -> None:
@@ -107,6 +117,8 @@ class CallTimer:
         if self._owner is None:
             self._owner = id(optimizer)
         if id(optimizer) == self._owner:
+            if self.step >= self.first:
+                self.step_ends.append(time.perf_counter())
             self.step += 1
 
     def wrap(self, name: str, function: Callable[..., Any]) -> Callable[..., Any]:
@@ -122,6 +134,21 @@ class CallTimer:
                 if self.step >= self.first:
                     self.timeline.append(
                         (start, end, f"{name}/{group_size(signature, args, kwargs)}"))
+
+        return timed
+
+    def wrap_sync(self, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+        """``method`` of ``torch.Tensor`` timed where its tensor is on the GPU."""
+
+        @functools.wraps(method)
+        def timed(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            if not tensor.is_cuda or self.step < self.first:
+                return method(tensor, *args, **kwargs)
+            start = time.perf_counter()
+            try:
+                return method(tensor, *args, **kwargs)
+            finally:
+                self.timeline.append((start, time.perf_counter(), f"{SYNC_PREFIX}{name}/0"))
 
         return timed
 
@@ -141,6 +168,19 @@ class CallTimer:
             original = getattr(funcol, name, None)
             if original is not None:
                 setattr(funcol, name, self.wrap(f"funcol.{name}", original))
+        for name in TENSOR_SYNCS:
+            setattr(torch.Tensor, name, self.wrap_sync(name, getattr(torch.Tensor, name)))
+        synchronize = torch.cuda.synchronize
+
+        @functools.wraps(synchronize)
+        def timed_synchronize(*args: Any, **kwargs: Any) -> None:
+            start = time.perf_counter()
+            synchronize(*args, **kwargs)
+            if self.step >= self.first:
+                self.timeline.append((start, time.perf_counter(),
+                                      f"{SYNC_PREFIX}cuda_synchronize/0"))
+
+        torch.cuda.synchronize = timed_synchronize
 
     def record(self) -> dict[str, Any]:
         steps = max(self.step - self.first, 1)
@@ -151,6 +191,8 @@ class CallTimer:
         return {"first_step": self.first, "last_step": self.step - 1,
                 "ops": {key: {"calls_per_step": len(values) / steps, "durations_us": values}
                         for key, values in sorted(durations_us.items())},
+                "origin_s": origin,
+                "step_ends_us": [round((end - origin) * 1e6, 1) for end in self.step_ends],
                 "timeline_us": [[round((start - origin) * 1e6, 1), round((end - start) * 1e6, 2),
                                  key] for start, end, key in self.timeline]}
 
@@ -229,6 +271,8 @@ def session_calls(session: Path, reference: str) -> list[Call]:
         previous_end_us = None
         for start_us, duration_us, key in json.loads(rank_file.read_text())["timeline_us"]:
             function, _, size = key.partition("/")
+            if function.startswith(SYNC_PREFIX):
+                continue
             if previous_end_us is not None and int(size) > 1 and function in ROW_OF_FUNCTION:
                 calls.append(Call(ROW_OF_FUNCTION[function],
                                   max(start_us - previous_end_us, 0.0) * 1e3 * factor,

@@ -24,6 +24,7 @@ for step in range(1, 6):
     dist.broadcast(torch.ones(2), src=0)
     funcol.all_reduce(torch.ones(4), "sum", [0]).wait()
     w.sum().backward()
+    w.detach().tolist()  # on the CPU: no wait on a GPU, not timed
     opt.step()
 dist.destroy_process_group()
 """
@@ -49,6 +50,26 @@ def test_calls_from_the_first_timed_step_on_are_recorded(tmp_path: Path) -> None
                                                   + ["broadcast/1", "funcol.all_reduce/1"])
     starts = [start for start, _, _ in timeline]
     assert starts[0] == 0 and starts == sorted(starts)
+    assert not any(key.startswith(time_host_calls.SYNC_PREFIX) for _, _, key in timeline)
+    step_ends = record["step_ends_us"]
+    assert len(step_ends) == 3 and step_ends == sorted(step_ends) and step_ends[0] > starts[0]
+    assert record["origin_s"] > 0
+
+
+def test_a_wait_on_the_gpu_is_timed_and_left_out_of_the_fit(tmp_path: Path) -> None:
+    class OnGpu:
+        is_cuda = True
+
+    timer = time_host_calls.CallTimer(first=1)
+    assert timer.wrap_sync("tolist", lambda tensor: [1.0])(OnGpu()) == [1.0]
+    (_, _, key), = timer.timeline
+    assert key == "sync.tolist/0"
+    run = tmp_path / "calls" / "h200x2_ddp"
+    run.mkdir(parents=True)
+    (run / "rank0.json").write_text(json.dumps({"timeline_us": [
+        [0.0, 10.0, "all_reduce/2"], [100.0, 500.0, "sync.item/0"], [1000.0, 50.0, "all_reduce/2"]]}))
+    call, = time_host_calls.session_calls(tmp_path, "h200-host")
+    assert call.gap_ns == pytest.approx(990e3, rel=0.2)  # since the last collective, not the wait
 
 
 def test_the_summary_has_a_row_per_run_and_op(tmp_path: Path) -> None:
