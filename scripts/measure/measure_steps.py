@@ -433,24 +433,28 @@ PROFILE_RUNNER = Path(__file__).resolve().with_name("profile_run.py")
 CALL_TIMER = Path(__file__).resolve().with_name("time_host_calls.py")
 
 
-def _under(runs: list[Run], runner: Path, out_dir: Path, machine: str) -> list[Run]:
-    """Each run (but the ``profile-`` ones) under ``runner --out <out_dir>/<machine>_<run> --``."""
-    return [replace(r, runner=(str(runner), "--out", str(out_dir / f"{machine}_{r.name}"), "--",
-                               *r.runner))
+def _under(runs: list[Run], runner: Path, out_dir: Path, machine: str,
+           *runner_args: str) -> list[Run]:
+    """Each run (but the ``profile-`` ones) under
+    ``runner --out <out_dir>/<machine>_<run> [runner_args] --``."""
+    return [replace(r, runner=(str(runner), "--out", str(out_dir / f"{machine}_{r.name}"),
+                               *runner_args, "--", *r.runner))
             if not r.name.startswith(PROFILE_PREFIX) else r for r in runs]
 
 
 def plan_runs(suites: str, nproc: int, trace_dir: Path | None = None,
-              machine: str = "", calls_dir: Path | None = None) -> list[Run]:
+              machine: str = "", calls_dir: Path | None = None,
+              time_modules: bool = False) -> list[Run]:
     """The runs of the comma-separated ``suites``, distributed ones on ``nproc`` GPUs; with
     ``trace_dir``, each under ``profile_run.py``, writing ``<trace_dir>/<machine>_<run>/``; with
     ``calls_dir``, under ``time_host_calls.py`` (each collective call's host time, unprofiled),
-    writing ``<calls_dir>/<machine>_<run>/``."""
+    writing ``<calls_dir>/<machine>_<run>/`` (``time_modules``: each module's forward too)."""
     runs = [r for name in suites.split(",") if name.strip() for r in suite(name.strip(), nproc)]
     if trace_dir is not None:
         runs = _under(runs, PROFILE_RUNNER, trace_dir, machine)
     if calls_dir is not None:
-        runs = _under(runs, CALL_TIMER, calls_dir, machine)
+        runs = _under(runs, CALL_TIMER, calls_dir, machine,
+                      *(["--modules"] if time_modules else []))
     return runs
 
 
@@ -613,6 +617,8 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument("--calls-dir", type=Path,
                      help="run each under time_host_calls.py: each collective call's host time "
                           "per rank in <calls-dir>/<machine>_<run>/; '{machine}' is replaced")
+    run.add_argument("--time-modules", action="store_true",
+                     help="with --calls-dir: also time each nn.Module's forward")
     run.add_argument("--single-side-by-side", action="store_true",
                      help="run the one-GPU runs first, one per visible GPU at a time")
     run.add_argument("--dry-run", action="store_true",
@@ -636,7 +642,8 @@ def main(argv: list[str] | None = None) -> None:
                          if args.trace_dir else None)
             calls_dir = (Path(str(args.calls_dir).replace("{machine}", machine))
                          if args.calls_dir else None)
-            runs = plan_runs(args.suites, nproc, trace_dir, machine, calls_dir)
+            runs = plan_runs(args.suites, nproc, trace_dir, machine, calls_dir,
+                             args.time_modules)
             if args.only:
                 runs = only_runs(runs, args.only.split(","))
         except ValueError as exc:

@@ -22,6 +22,11 @@ call durations (us) of training steps ``--from`` onwards, and the number of call
 (how long since the previous collective a call came, for how cold its code path ran);
 ``origin_s``: that first call's ``perf_counter`` (one clock for all ranks of a host: it aligns
 their timelines); ``step_ends_us``: when each timed training step ended, on the same scale.
+With ``--modules``, ``modules``: per ``nn.Module`` class, its forward calls per step and their
+host time per step (us, inclusive of the modules it calls, its waits on the GPU left out), from
+global forward hooks (a few us each, charged to the enclosing modules). Run the same command
+under the simulator (a scenario whose script is this one) and the two records compare a step's
+host time module by module, without a profiler's overhead.
 
   torchrun --nproc_per_node 4 scripts/measure/time_host_calls.py --out DIR -- \\
       scenarios/examples/megatron_gpt.py --tp 4 ...
@@ -109,6 +114,11 @@ class CallTimer:
         """Every timed call in order: its ``perf_counter`` start and end and its key,
         ``<operation>/<group size>`` (``sync.<name>/0`` for a wait on the GPU)."""
         self.step_ends: list[float] = []
+        self.waited_s = 0.0
+        """The main thread's time in timed waits on the GPU so far."""
+        self._open: dict[int, list[tuple[float, float]]] = defaultdict(list)
+        self.module_us: dict[str, float] = defaultdict(float)
+        self.module_calls: dict[str, int] = defaultdict(int)
 
     def on_optimizer_step(self, optimizer: torch.optim.Optimizer, args: object,
                           kwargs: object) -> None:
@@ -148,9 +158,31 @@ class CallTimer:
             try:
                 return method(tensor, *args, **kwargs)
             finally:
-                self.timeline.append((start, time.perf_counter(), f"{SYNC_PREFIX}{name}/0"))
+                self._waited(start, name)
 
         return timed
+
+    def _waited(self, start: float, name: str) -> None:
+        end = time.perf_counter()
+        self.timeline.append((start, end, f"{SYNC_PREFIX}{name}/0"))
+        self.waited_s += end - start
+
+    def before_forward(self, module: torch.nn.Module, args: object) -> None:
+        if self.step >= self.first:
+            self._open[id(module)].append((time.perf_counter(), self.waited_s))
+
+    def after_forward(self, module: torch.nn.Module, args: object, output: object) -> None:
+        opened = self._open.get(id(module))
+        if opened:
+            start, waited = opened.pop()
+            name = type(module).__name__
+            self.module_us[name] += (time.perf_counter() - start - (self.waited_s - waited)) * 1e6
+            self.module_calls[name] += 1
+
+    def install_module_hooks(self) -> None:
+        """Time every module's forward (global hooks)."""
+        torch.nn.modules.module.register_module_forward_pre_hook(self.before_forward)
+        torch.nn.modules.module.register_module_forward_hook(self.after_forward)
 
     def install(self) -> None:
         """Replace the collective functions on ``torch.distributed`` and ``distributed_c10d``,
@@ -177,8 +209,7 @@ class CallTimer:
             start = time.perf_counter()
             synchronize(*args, **kwargs)
             if self.step >= self.first:
-                self.timeline.append((start, time.perf_counter(),
-                                      f"{SYNC_PREFIX}cuda_synchronize/0"))
+                self._waited(start, "cuda_synchronize")
 
         torch.cuda.synchronize = timed_synchronize
 
@@ -188,7 +219,10 @@ class CallTimer:
         durations_us: dict[str, list[float]] = defaultdict(list)
         for start, end, key in self.timeline:
             durations_us[key].append(round((end - start) * 1e6, 2))
-        return {"first_step": self.first, "last_step": self.step - 1,
+        modules = {name: {"calls_per_step": self.module_calls[name] / steps,
+                          "us_per_step": round(total / steps, 1)}
+                   for name, total in sorted(self.module_us.items())}
+        return {"first_step": self.first, "last_step": self.step - 1, "modules": modules,
                 "ops": {key: {"calls_per_step": len(values) / steps, "durations_us": values}
                         for key, values in sorted(durations_us.items())},
                 "origin_s": origin,
@@ -340,12 +374,16 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True, help="folder for rank<r>.json")
     parser.add_argument("--from", dest="first", type=int, default=FIRST_STEP,
                         help=f"first training step timed, 1-based (default {FIRST_STEP})")
+    parser.add_argument("--modules", action="store_true",
+                        help="also time each nn.Module's forward (host time per class and step)")
     parser.add_argument("script", type=Path)
     parser.add_argument("args", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     timer = CallTimer(args.first)
     timer.install()
+    if args.modules:
+        timer.install_module_hooks()
     hook = register_optimizer_step_post_hook(timer.on_optimizer_step)
     try:
         run_as_main(args.script, [a for a in args.args if a != "--"])

@@ -18,7 +18,9 @@ import torch.distributed._functional_collectives as funcol
 dist.init_process_group("gloo", rank=0, world_size=1, init_method="tcp://127.0.0.1:29531")
 w = torch.nn.Parameter(torch.ones(4))
 opt = torch.optim.SGD([w], lr=0.1)
+model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
 for step in range(1, 6):
+    model(torch.ones(4))
     for _ in range(step):  # step s makes s all_reduce calls
         dist.all_reduce(torch.ones(4))
     dist.broadcast(torch.ones(2), src=0)
@@ -30,14 +32,19 @@ dist.destroy_process_group()
 """
 
 
-def test_calls_from_the_first_timed_step_on_are_recorded(tmp_path: Path) -> None:
+def timed_record(tmp_path: Path, *flags: str) -> dict:
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     out = tmp_path / "calls"
     subprocess.run([sys.executable, str(time_host_calls.__file__),
-                    "--out", str(out), "--from", "3", "--", str(script)], check=True,
+                    "--out", str(out), "--from", "3", *flags, "--", str(script)], check=True,
                    cwd=tmp_path, timeout=120)
-    record = json.loads((out / "rank0.json").read_text())
+    return json.loads((out / "rank0.json").read_text())
+
+
+def test_calls_from_the_first_timed_step_on_are_recorded(tmp_path: Path) -> None:
+    record = timed_record(tmp_path)
+    assert record["modules"] == {}  # without --modules
     assert (record["first_step"], record["last_step"]) == (3, 5)
     ops = record["ops"]
     assert len(ops["all_reduce/1"]["durations_us"]) == 3 + 4 + 5
@@ -54,6 +61,14 @@ def test_calls_from_the_first_timed_step_on_are_recorded(tmp_path: Path) -> None
     step_ends = record["step_ends_us"]
     assert len(step_ends) == 3 and step_ends == sorted(step_ends) and step_ends[0] > starts[0]
     assert record["origin_s"] > 0
+
+
+def test_each_module_class_forward_is_timed_with_modules(tmp_path: Path) -> None:
+    modules = timed_record(tmp_path, "--modules")["modules"]
+    assert set(modules) == {"Sequential", "Linear", "ReLU"}
+    assert all(row["calls_per_step"] == 1.0 for row in modules.values())
+    # inclusive: the container's time holds its children's
+    assert modules["Sequential"]["us_per_step"] > modules["Linear"]["us_per_step"] > 0
 
 
 def test_a_wait_on_the_gpu_is_timed_and_left_out_of_the_fit(tmp_path: Path) -> None:
