@@ -31,6 +31,7 @@ import numpy as np
 from intercept.host_time.clock import VirtualClock
 from intercept.host_time.gemm_heuristic import GemmShapeCache, load_kernel_map
 from intercept.host_time.host_cost import CUBLAS_GEMMS, HostCostTable, load_table
+from intercept.host_time.host_spread import HostSpread, load_host_spread
 from intercept.host_time.python_work import CountedWork
 from intercept.host_time.residual import ResidualSmoother
 from intercept.process.client import CoordinatorClient, ValueSink
@@ -84,6 +85,10 @@ class RankRuntime:
         self._seqs: dict[_CommKey, int] = {}
         self._last_collective_ns: int | None = None
         """When the rank's previous collective call ended (virtual ns)."""
+        self._host_spread: HostSpread = load_host_spread()
+        self._work_at_last_collective_ns: int | None = None
+        """The rank's host work (table, Python, fixed) when its previous collective call ended."""
+        self._lockstep_ns = 0
 
     def set_value_sink(self, sink: ValueSink) -> None:
         """Where the values of this rank's collectives go (the fake mode's value store)."""
@@ -245,7 +250,8 @@ class RankRuntime:
         measurements; nothing may follow."""
         script_ns, simulator_ns = self.clock.cpu_split_ns()
         split = replace(self.clock.host_split(), steps=tuple(self._steps),
-                        subclass_ns=self._subclass_ns, autograd_node_ns=self._node_ns)
+                        subclass_ns=self._subclass_ns, autograd_node_ns=self._node_ns,
+                        lockstep_wait_ns=self._lockstep_ns)
         self._client.close(Exit(status, traceback, RankStats(
             script_ns, simulator_ns, peak_memory_bytes, peak_reserved_bytes,
             round(self.clock.speed_ratio.factor, 4), split)))
@@ -268,10 +274,25 @@ class RankRuntime:
 
     def _collective_host(self, op: str, group_size: int) -> None:
         """A collective call's CPU side: on a group of two or more ranks its cost grows with
-        the time since the rank's previous collective call ended (any thread, any group)."""
+        the time since the rank's previous collective call ended (any thread, any group), and
+        the rank waits the expected time for the group's slowest host after the host work it
+        did since then (``intercept.host_time.host_spread``)."""
         self._op_boundary(f"c10d:{op}")
         now_ns = self.clock.now_ns()
         gap_ns = None if self._last_collective_ns is None else now_ns - self._last_collective_ns
         cost_ns = self.host_costs.collective_ns(op, group_size, gap_ns)
         self.clock.charge_table(cost_ns)
-        self._last_collective_ns = now_ns + cost_ns
+        work_ns = self._host_work_ns()
+        if self._work_at_last_collective_ns is not None:
+            wait_ns = self._host_spread.wait_ns(work_ns - self._work_at_last_collective_ns,
+                                                group_size)
+            self.clock.charge(wait_ns)
+            self._lockstep_ns += wait_ns
+        self._work_at_last_collective_ns = work_ns
+        self._last_collective_ns = self.clock.now_ns()
+
+    def _host_work_ns(self) -> int:
+        """The rank's host work so far: table-charged, its Python, reproducible mode's fixed
+        costs (not its waits)."""
+        split = self.clock.host_split()
+        return split.table_ns + split.residual_ns + split.fixed_ns

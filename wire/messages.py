@@ -25,6 +25,9 @@ class HostTimeSplit:
     """Of ``table_ns``: tensor-subclass (DTensor) dispatches, charged per op in counted mode."""
     autograd_node_ns: int = 0
     """Of ``table_ns``: the autograd engine's work per backward node, in counted mode."""
+    lockstep_wait_ns: int = 0
+    """Not host work: the expected waits for the slowest host of each collective's group
+    (``intercept.host_time.host_spread``), charged at the rank's collective calls."""
     steps: tuple[tuple[int, int, int, int, int], ...] = ()
     """Per optimizer step (``torch.optim`` step hooks): ``(clock_ns at the step's end, table
     ns, residual ns, tensor-subclass ns, autograd-node ns)`` spent since the previous step's

@@ -103,6 +103,18 @@ COLLECTIVE_HOST = Table(DATA_DIR / "collective_host.json", Source(
 """Host cost of a collective call on a group of two or more ranks, by the time since the rank's
 previous collective call (``intercept.host_time.collective_host``)."""
 
+HOST_SPREAD = Table(DATA_DIR / "host_spread.json", Source(
+    file="scripts/measure/data/collective_host/h200x4.g, h200x4.h (training runs on two lent "
+         "4xH200 hosts, each rank's waits on the GPU timed)",
+    date="2026-11-28",
+    gpu="4x NVIDIA H200 (lent nvidia-h200-x4; 64 vCPUs of an Intel Xeon)",
+    nccl="2.28.9", torch="2.11.0+cu130",
+    how="scripts/measure/time_host_calls.py spread: the ranks' coefficient of variation of the "
+        "host work between consecutive collective calls (waits on the GPU left out; ranks 1-3, "
+        "rank 0 also logs), over windows of 1-64 calls, least squares by window length"))
+"""How far the hosts of a collective's ranks spread, and the expected wait for the slowest
+(``intercept.host_time.host_spread``)."""
+
 HOST_SPEED = Table(DATA_DIR / "host_speed.json", Source(
     file="scripts/measure/data/host/h100-x1-b.json, scripts/measure/data/host/h200-x2.json",
     date="2026-11-22",

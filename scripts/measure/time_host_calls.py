@@ -33,6 +33,8 @@ host time module by module, without a profiler's overhead.
   python3 scripts/measure/time_host_calls.py summarize ROOT   # a table of ROOT/<run>/rank*.json
   # the model of intercept.host_time.collective_host, from sessions (each: calls/, *_env.log)
   python3 scripts/measure/time_host_calls.py fit SESSION... [--write phantora/calibration/data/collective_host.json]
+  # the model of intercept.host_time.host_spread, from sessions with waits timed, 3+ ranks
+  python3 scripts/measure/time_host_calls.py spread SESSION... [--write phantora/calibration/data/host_spread.json]
 """
 
 from __future__ import annotations
@@ -356,14 +358,106 @@ def fit(sessions: list[Path]) -> dict[str, Any]:
                            "date": datetime.date.today().isoformat()}}
 
 
+UNEVEN_WORK = ("-learned", "-pp")
+"""Runs whose ranks do different work by design (learned routing's token counts, pipeline
+stages): their spread is not the hosts'. Left out of ``spread``."""
+UNTIMED_WAITS = ("deepspeed-",)
+"""Runs whose host waits on the GPU where the runner does not see it (DeepSpeed's ZeRO
+synchronizes streams from C++ and steps its optimizer more than once a step): their windows
+hold waits. Left out of ``spread``."""
+SPREAD_TAU_GRID_US = (250.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0, 20000.0)
+MIN_WINDOW_US = 200.0
+MIN_BIN_WINDOWS = 20
+
+
+def host_work_segments(record: dict[str, Any]) -> list[list[float]]:
+    """Per timed step (between two of ``step_ends_us``), the rank's host work between each two
+    consecutive collective calls (us): the time from one call's end to the next one's start,
+    less the waits on the GPU (``sync.*``) in between."""
+    ends = record["step_ends_us"]
+    steps = []
+    for low, high in zip(ends, ends[1:]):
+        events = [e for e in record["timeline_us"] if low <= e[0] < high]
+        calls = [e for e in events if not e[2].startswith(SYNC_PREFIX)]
+        waits = [e for e in events if e[2].startswith(SYNC_PREFIX)]
+        steps.append([later[0] - (call[0] + call[1])
+                      - sum(d for t, d, _ in waits if call[0] + call[1] <= t < later[0])
+                      for call, later in zip(calls, calls[1:])])
+    return steps
+
+
+def spread_windows(ranks: list[list[list[float]]],
+                   sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)) -> list[tuple[float, float]]:
+    """``(mean window us, coefficient of variation across ranks)`` of every window of ``size``
+    consecutive segments of a step, for each size: the sample standard deviation over the ranks
+    of their host work in the window, over its mean. Steps whose ranks made different numbers of
+    calls are left out."""
+    windows = []
+    for size in sizes:
+        for step in zip(*ranks):
+            if len({len(segments) for segments in step}) != 1:
+                continue
+            for first in range(0, len(step[0]) - size + 1, size):
+                totals = [sum(segments[first:first + size]) for segments in step]
+                mean = statistics.mean(totals)
+                if mean >= MIN_WINDOW_US:
+                    windows.append((mean, statistics.stdev(totals) / mean))
+    return windows
+
+
+def fit_spread(sessions: list[Path]) -> dict[str, Any]:
+    """The ``host_spread.json`` document: the windows of every run with waits timed and three or
+    more ranks but rank 0 (which also logs) binned by length (half-octaves), the bins' median
+    coefficients of variation fitted by ``sigma^2 = p^2 + s^2 * tau / (tau + window)`` (least
+    squares weighted by the bins' window counts, the best ``tau`` of a grid)."""
+    windows, runs = [], []
+    for session in sessions:
+        for run in sorted(p for p in session.glob("calls/*") if p.is_dir()):
+            records = [json.loads(f.read_text()) for f in sorted(run.glob("rank*.json"))]
+            if (len(records) < 3 or any(tag in run.name for tag in UNEVEN_WORK + UNTIMED_WAITS)
+                    or any("step_ends_us" not in r for r in records)):
+                continue
+            found = spread_windows([host_work_segments(r) for r in records[1:]])
+            if found:
+                windows += found
+                runs.append(f"{session.name}/{run.name}")
+    bins: dict[float, list[float]] = defaultdict(list)
+    for mean, cv in windows:
+        bins[round(math.log2(mean) * 2) / 2].append(cv)
+    rows = [(2 ** key, statistics.median(cvs), len(cvs)) for key, cvs in sorted(bins.items())
+            if len(cvs) >= MIN_BIN_WINDOWS]
+    if len(rows) < 3:
+        raise SystemExit("too few windows: runs with waits timed (sync.*) and 3+ ranks needed")
+    best = None
+    for tau_us in SPREAD_TAU_GRID_US:
+        design = np.array([[1.0, tau_us / (tau_us + w)] for w, _, _ in rows])
+        target = np.array([cv ** 2 for _, cv, _ in rows])
+        weight = np.sqrt([n for _, _, n in rows])
+        coef, *_ = np.linalg.lstsq(design * weight[:, None], target * weight, rcond=None)
+        coef = np.maximum(coef, 0.0)
+        error = float(np.sum((weight * (design @ coef - target)) ** 2))
+        if best is None or error < best[0]:
+            best = (error, tau_us, coef)
+    _, tau_us, (persistent, short) = best
+    return {"sigma_persistent": round(math.sqrt(persistent), 4),
+            "sigma_short": round(math.sqrt(short), 4), "tau_ns": round(tau_us * 1e3),
+            "provenance": {"sessions": [str(s) for s in sessions], "runs": runs,
+                           "windows": len(windows),
+                           "bins": [{"window_us": round(w, 1), "median_cv": round(cv, 4),
+                                     "windows": n} for w, cv, n in rows],
+                           "fitted_by": "scripts/measure/time_host_calls.py spread",
+                           "date": datetime.date.today().isoformat()}}
+
+
 def main() -> None:
     if sys.argv[1:2] == ["summarize"]:
         print(summarize(Path(sys.argv[2])))
         return
-    if sys.argv[1:2] == ["fit"]:
+    if sys.argv[1:2] in (["fit"], ["spread"]):
         write = "--write" in sys.argv
         paths = [Path(a) for a in sys.argv[2:] if a != "--write"]
-        document = fit(paths[:-1] if write else paths)
+        fitter = fit if sys.argv[1] == "fit" else fit_spread
+        document = fitter(paths[:-1] if write else paths)
         text = json.dumps(document, indent=1) + "\n"
         print(text, end="")
         if write:
