@@ -281,14 +281,14 @@ class RankRuntime:
         now_ns = self.clock.now_ns()
         gap_ns = None if self._last_collective_ns is None else now_ns - self._last_collective_ns
         cost_ns = self.host_costs.collective_ns(op, group_size, gap_ns)
-        self.clock.charge_table(cost_ns)
         work_ns = self._host_work_ns()
+        self.clock.charge_table(cost_ns)
         if self._work_at_last_collective_ns is not None:
             wait_ns = self._host_spread.wait_ns(work_ns - self._work_at_last_collective_ns,
                                                 group_size)
             self.clock.charge(wait_ns)
             self._lockstep_ns += wait_ns
-        self._work_at_last_collective_ns = work_ns
+        self._work_at_last_collective_ns = work_ns + cost_ns
         self._last_collective_ns = self.clock.now_ns()
 
     def _host_work_ns(self) -> int:

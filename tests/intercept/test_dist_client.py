@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from intercept.host_time.clock import VirtualClock
+from intercept.host_time.host_spread import load_host_spread
 from intercept.process.client import CoordinatorClient
 from tests.intercept.dist_coordinator import FakeCoordinator
 from wire.messages import (Collective, EventRecord, Exit, IssuedOp, Kernel, Reply, Sync,
@@ -206,6 +207,32 @@ def test_a_collective_on_two_ranks_costs_more_the_longer_since_the_last() -> Non
     assert back_to_back == model.call_ns("all_reduce", 0) - call
     assert after_work == model.call_ns("all_reduce", 2_000_000) - call
     assert back_to_back < after_work < first
+
+
+def test_a_collective_waits_for_the_slowest_host_of_its_group_after_host_work() -> None:
+    from tests.intercept.dist_coordinator import make_runtime
+
+    runtime, coordinator = make_runtime(op_cost_ns=0)
+    spread = load_host_spread()
+
+    def charged(ranks: tuple[int, ...], work_ns: int = 0) -> int:
+        runtime.clock.charge_table(work_ns)  # host work since the last collective
+        before = runtime.clock.now_ns()
+        runtime.collective(group=str(len(ranks)), ranks=ranks, op="all_reduce", nbytes=64,
+                           dtype_bytes=4, stream=0)
+        return runtime.clock.now_ns() - before
+
+    charged((0, 1))
+    after_waits = charged((0, 1), 2_000_000)
+    call_only = charged((0, 1))  # back to back: no work, no wait
+    four = charged((0, 1, 2, 3), 2_000_000) - charged((0, 1, 2, 3))
+    one = charged((0,), 2_000_000) - charged((0,))
+    assert after_waits - call_only > spread.wait_ns(2_000_000, 2) * 0.9
+    assert four > after_waits - call_only > 0 and one <= 0
+    runtime.finish(0)
+    coordinator.join()
+    waited = coordinator.batches[-1].exit.stats.host_time.lockstep_wait_ns
+    assert waited == spread.wait_ns(2_000_000, 2) + spread.wait_ns(2_000_000, 4)
 
 
 def test_the_exit_reports_the_host_speed_factor_in_force() -> None:
