@@ -107,3 +107,23 @@ def test_the_fit_recovers_a_model_the_calls_follow() -> None:
     assert slope == pytest.approx(17e3, rel=1e-3)
     assert fitted_hot == pytest.approx(hot, rel=1e-3)
     assert error < 1e-3
+
+
+def test_the_spread_fit_recovers_the_ranks_spread_of_synthetic_runs(tmp_path: Path) -> None:
+    """Four ranks whose host work between calls is 1 ms times a rank factor (0.8, 0.9, 1.0,
+    1.1): rank 0 is left out, the rest spread by a coefficient of variation of 0.1 at every
+    window length, so the fit puts it all in the persistent part."""
+    run = tmp_path / "calls" / "h200x4_synthetic"
+    run.mkdir(parents=True)
+    for rank, factor in enumerate((0.8, 0.9, 1.0, 1.1)):
+        timeline, t = [], 0.0
+        for _ in range(4 * 65):
+            timeline.append([round(t, 3), 10.0, "all_reduce/4"])
+            t += 10.0 + 1000.0 * factor
+        step_ends = [timeline[i][0] - 1.0 for i in range(0, len(timeline), 65)]
+        (run / f"rank{rank}.json").write_text(json.dumps(
+            {"timeline_us": timeline, "step_ends_us": step_ends}))
+    document = time_host_calls.fit_spread([tmp_path])
+    assert document["sigma_persistent"] == pytest.approx(0.1, abs=0.01)
+    assert document["sigma_short"] == pytest.approx(0.0, abs=0.03)
+    assert document["provenance"]["runs"] == ["{}/h200x4_synthetic".format(tmp_path.name)]
