@@ -26,7 +26,10 @@ With ``--modules``, ``modules``: per ``nn.Module`` class, its forward calls per 
 host time per step (us, inclusive of the modules it calls, its waits on the GPU left out), from
 global forward hooks (a few us each, charged to the enclosing modules). Run the same command
 under the simulator (a scenario whose script is this one) and the two records compare a step's
-host time module by module, without a profiler's overhead.
+host time module by module, without a profiler's overhead. With ``--functions torch.ones,
+torch.Tensor.float,...``, ``functions``: the same per named callable (a module attribute or a
+class's method, replaced where it is defined: code that bound it by name before keeps the
+original), each call's time inclusive.
 
   torchrun --nproc_per_node 4 scripts/measure/time_host_calls.py --out DIR -- \\
       scenarios/examples/megatron_gpt.py --tp 4 ...
@@ -42,6 +45,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import functools
+import importlib
 import inspect
 import json
 import math
@@ -121,6 +125,8 @@ class CallTimer:
         self._open: dict[int, list[tuple[float, float]]] = defaultdict(list)
         self.module_us: dict[str, float] = defaultdict(float)
         self.module_calls: dict[str, int] = defaultdict(int)
+        self.function_us: dict[str, float] = defaultdict(float)
+        self.function_calls: dict[str, int] = defaultdict(int)
 
     def on_optimizer_step(self, optimizer: torch.optim.Optimizer, args: object,
                           kwargs: object) -> None:
@@ -181,6 +187,29 @@ class CallTimer:
             self.module_us[name] += (time.perf_counter() - start - (self.waited_s - waited)) * 1e6
             self.module_calls[name] += 1
 
+    def wrap_timed(self, name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        """``function`` whose calls from step ``first`` on add to ``name``'s per-step time."""
+
+        @functools.wraps(function)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if self.step < self.first:
+                return function(*args, **kwargs)
+            start = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self.function_us[name] += (time.perf_counter() - start) * 1e6
+                self.function_calls[name] += 1
+
+        return timed
+
+    def install_functions(self, names: list[str]) -> None:
+        """Replace each dotted ``module.attribute`` or ``module.Class.method`` by its timed
+        version; a name that does not resolve is an error naming it."""
+        for name in names:
+            owner, attribute = resolve_owner(name)
+            setattr(owner, attribute, self.wrap_timed(name, getattr(owner, attribute)))
+
     def install_module_hooks(self) -> None:
         """Time every module's forward (global hooks)."""
         torch.nn.modules.module.register_module_forward_pre_hook(self.before_forward)
@@ -224,13 +253,37 @@ class CallTimer:
         modules = {name: {"calls_per_step": self.module_calls[name] / steps,
                           "us_per_step": round(total / steps, 1)}
                    for name, total in sorted(self.module_us.items())}
+        functions = {name: {"calls_per_step": self.function_calls[name] / steps,
+                            "us_per_step": round(total / steps, 1)}
+                     for name, total in sorted(self.function_us.items())}
         return {"first_step": self.first, "last_step": self.step - 1, "modules": modules,
+                "functions": functions,
                 "ops": {key: {"calls_per_step": len(values) / steps, "durations_us": values}
                         for key, values in sorted(durations_us.items())},
                 "origin_s": origin,
                 "step_ends_us": [round((end - origin) * 1e6, 1) for end in self.step_ends],
                 "timeline_us": [[round((start - origin) * 1e6, 1), round((end - start) * 1e6, 2),
                                  key] for start, end, key in self.timeline]}
+
+
+def resolve_owner(name: str) -> tuple[Any, str]:
+    """``(object holding it, attribute)`` of a dotted name: the longest importable module
+    prefix, then attributes (``torch.Tensor.float`` -> ``(torch.Tensor, "float")``)."""
+    parts = name.split(".")
+    for split in range(len(parts) - 1, 0, -1):
+        try:
+            owner: Any = importlib.import_module(".".join(parts[:split]))
+        except ImportError:
+            continue
+        try:
+            for attribute in parts[split:-1]:
+                owner = getattr(owner, attribute)
+            getattr(owner, parts[-1])
+        except AttributeError:
+            break
+        return owner, parts[-1]
+    raise SystemExit(f"--functions: {name!r} is no module attribute or class method "
+                     "(e.g. torch.ones, torch.Tensor.float)")
 
 
 def summarize(root: Path) -> str:
@@ -470,6 +523,9 @@ def main() -> None:
                         help=f"first training step timed, 1-based (default {FIRST_STEP})")
     parser.add_argument("--modules", action="store_true",
                         help="also time each nn.Module's forward (host time per class and step)")
+    parser.add_argument("--functions", default="",
+                        help="comma list of callables to time per step, e.g. "
+                             "torch.ones,torch.Tensor.float")
     parser.add_argument("script", type=Path)
     parser.add_argument("args", nargs=argparse.REMAINDER)
     args = parser.parse_args()
@@ -478,6 +534,7 @@ def main() -> None:
     timer.install()
     if args.modules:
         timer.install_module_hooks()
+    timer.install_functions([name for name in args.functions.split(",") if name])
     hook = register_optimizer_step_post_hook(timer.on_optimizer_step)
     try:
         run_as_main(args.script, [a for a in args.args if a != "--"])

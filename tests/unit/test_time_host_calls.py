@@ -71,6 +71,20 @@ def test_each_module_class_forward_is_timed_with_modules(tmp_path: Path) -> None
     assert modules["Sequential"]["us_per_step"] > modules["Linear"]["us_per_step"] > 0
 
 
+def test_named_functions_are_timed_per_step(tmp_path: Path) -> None:
+    functions = timed_record(tmp_path, "--functions",
+                             "torch.ones,torch.Tensor.detach")["functions"]
+    # a step s makes s + 3 (the collectives' and the model's input): 21 over steps 3-5
+    assert functions["torch.ones"]["calls_per_step"] == 7.0
+    assert functions["torch.Tensor.detach"]["calls_per_step"] == 1.0
+    assert all(row["us_per_step"] > 0 for row in functions.values())
+
+
+def test_a_function_name_that_does_not_resolve_is_named() -> None:
+    with pytest.raises(SystemExit, match="torch.no_such_function"):
+        time_host_calls.resolve_owner("torch.no_such_function")
+
+
 def test_a_wait_on_the_gpu_is_timed_and_left_out_of_the_fit(tmp_path: Path) -> None:
     class OnGpu:
         is_cuda = True
