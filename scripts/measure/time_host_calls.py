@@ -29,7 +29,8 @@ under the simulator (a scenario whose script is this one) and the two records co
 host time module by module, without a profiler's overhead. With ``--functions torch.ones,
 torch.Tensor.float,...``, ``functions``: the same per named callable (a module attribute or a
 class's method, replaced where it is defined: code that bound it by name before keeps the
-original), each call's time inclusive.
+original), each call's time inclusive. ``gc``: per generation, Python's garbage collections a
+step and their time (``gc.callbacks``), wherever they ran.
 
   torchrun --nproc_per_node 4 scripts/measure/time_host_calls.py --out DIR -- \\
       scenarios/examples/megatron_gpt.py --tp 4 ...
@@ -45,6 +46,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import functools
+import gc
 import importlib
 import inspect
 import json
@@ -127,6 +129,9 @@ class CallTimer:
         self.module_calls: dict[str, int] = defaultdict(int)
         self.function_us: dict[str, float] = defaultdict(float)
         self.function_calls: dict[str, int] = defaultdict(int)
+        self.gc_us: dict[int, float] = defaultdict(float)
+        self.gc_runs: dict[int, int] = defaultdict(int)
+        self._gc_start = 0.0
 
     def on_optimizer_step(self, optimizer: torch.optim.Optimizer, args: object,
                           kwargs: object) -> None:
@@ -210,6 +215,14 @@ class CallTimer:
             owner, attribute = resolve_owner(name)
             setattr(owner, attribute, self.wrap_timed(name, getattr(owner, attribute)))
 
+    def on_gc(self, phase: str, info: dict[str, int]) -> None:
+        """``gc.callbacks`` entry: time each collection of the timed steps by generation."""
+        if phase == "start":
+            self._gc_start = time.perf_counter()
+        elif self.step >= self.first:
+            self.gc_us[info["generation"]] += (time.perf_counter() - self._gc_start) * 1e6
+            self.gc_runs[info["generation"]] += 1
+
     def install_module_hooks(self) -> None:
         """Time every module's forward (global hooks)."""
         torch.nn.modules.module.register_module_forward_pre_hook(self.before_forward)
@@ -256,8 +269,11 @@ class CallTimer:
         functions = {name: {"calls_per_step": self.function_calls[name] / steps,
                             "us_per_step": round(total / steps, 1)}
                      for name, total in sorted(self.function_us.items())}
+        collections = {str(generation): {"runs_per_step": self.gc_runs[generation] / steps,
+                                         "us_per_step": round(total / steps, 1)}
+                       for generation, total in sorted(self.gc_us.items())}
         return {"first_step": self.first, "last_step": self.step - 1, "modules": modules,
-                "functions": functions,
+                "functions": functions, "gc": collections,
                 "ops": {key: {"calls_per_step": len(values) / steps, "durations_us": values}
                         for key, values in sorted(durations_us.items())},
                 "origin_s": origin,
@@ -532,6 +548,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     timer = CallTimer(args.first)
     timer.install()
+    gc.callbacks.append(timer.on_gc)
     if args.modules:
         timer.install_module_hooks()
     timer.install_functions([name for name in args.functions.split(",") if name])

@@ -27,6 +27,7 @@ for step in range(1, 6):
     funcol.all_reduce(torch.ones(4), "sum", [0]).wait()
     w.sum().backward()
     w.detach().tolist()  # on the CPU: no wait on a GPU, not timed
+    import gc; gc.collect(1)
     opt.step()
 dist.destroy_process_group()
 """
@@ -61,6 +62,7 @@ def test_calls_from_the_first_timed_step_on_are_recorded(tmp_path: Path) -> None
     step_ends = record["step_ends_us"]
     assert len(step_ends) == 3 and step_ends == sorted(step_ends) and step_ends[0] > starts[0]
     assert record["origin_s"] > 0
+    assert record["gc"]["1"]["runs_per_step"] >= 1.0  # the script's own gc.collect(1) a step
 
 
 def test_each_module_class_forward_is_timed_with_modules(tmp_path: Path) -> None:
