@@ -89,6 +89,7 @@ class RankRuntime:
         self._work_at_last_collective_ns: int | None = None
         """The rank's host work (table, Python, fixed) when its previous collective call ended."""
         self._lockstep_ns = 0
+        """The expected waits for the slowest host charged so far (``summary.json``)."""
 
     def set_value_sink(self, sink: ValueSink) -> None:
         """Where the values of this rank's collectives go (the fake mode's value store)."""
