@@ -80,13 +80,16 @@ FIRST_STEP = 3
 """Steps 1-2 are warm-up (NCCL communicators, allocator)."""
 
 
-FUNCTIONAL_FUNCTIONS = (
-    "all_reduce", "all_gather_tensor", "all_gather_single", "reduce_scatter_tensor",
-    "reduce_scatter_single", "all_to_all_single", "broadcast", "all_gather_tensor_autograd",
-    "reduce_scatter_tensor_autograd", "all_to_all_single_autograd",
-)
+FUNCTIONAL_ROWS = {
+    "all_reduce": "all_reduce", "all_gather_tensor": "all_gather",
+    "all_gather_single": "all_gather", "all_gather_tensor_autograd": "all_gather",
+    "reduce_scatter_tensor": "reduce_scatter", "reduce_scatter_single": "reduce_scatter",
+    "reduce_scatter_tensor_autograd": "reduce_scatter", "all_to_all_single": "all_to_all",
+    "all_to_all_single_autograd": "all_to_all", "broadcast": "broadcast",
+}
 """The functional collectives (``torch.distributed._functional_collectives``: what DTensor and
-tensor parallel issue) timed as ``funcol.<name>``, those of them this torch has."""
+tensor parallel issue) timed as ``funcol.<name>`` (those of them this torch has), and the
+``collective_host`` row each is fitted into."""
 SYNC_PREFIX = "sync."
 """Key prefix of the host's waits on the GPU (not collectives: the fit leaves them out)."""
 TENSOR_SYNCS = ("item", "tolist", "cpu")
@@ -111,6 +114,29 @@ def group_size(signature: inspect.Signature, args: tuple[Any, ...],
         return 0
 
 
+def tensor_on_gpu(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> bool:
+    """Whether a ``torch.Tensor`` method called on ``tensor`` waits for the GPU."""
+    return tensor.is_cuda
+
+
+class PerStepTally:
+    """Time and count per key over the timed steps, reported per step."""
+
+    def __init__(self, count_key: str) -> None:
+        self.count_key = count_key
+        self.us: dict[str, float] = defaultdict(float)
+        self.counts: dict[str, int] = defaultdict(int)
+
+    def add(self, key: str, seconds: float) -> None:
+        self.us[key] += seconds * 1e6
+        self.counts[key] += 1
+
+    def per_step(self, steps: int) -> dict[str, dict[str, float]]:
+        return {key: {self.count_key: self.counts[key] / steps,
+                      "us_per_step": round(total / steps, 1)}
+                for key, total in sorted(self.us.items())}
+
+
 class CallTimer:
     """Per operation, the duration of each call made from training step ``first`` on."""
 
@@ -125,12 +151,10 @@ class CallTimer:
         self.waited_s = 0.0
         """The main thread's time in timed waits on the GPU so far."""
         self._open: dict[int, list[tuple[float, float]]] = defaultdict(list)
-        self.module_us: dict[str, float] = defaultdict(float)
-        self.module_calls: dict[str, int] = defaultdict(int)
-        self.function_us: dict[str, float] = defaultdict(float)
-        self.function_calls: dict[str, int] = defaultdict(int)
-        self.gc_us: dict[int, float] = defaultdict(float)
-        self.gc_runs: dict[int, int] = defaultdict(int)
+        self.modules = PerStepTally("calls_per_step")
+        self.functions = PerStepTally("calls_per_step")
+        self.collections = PerStepTally("runs_per_step")
+        """Python's garbage collections, by generation."""
         self._gc_start = 0.0
 
     def on_optimizer_step(self, optimizer: torch.optim.Optimizer, args: object,
@@ -160,25 +184,25 @@ class CallTimer:
 
         return timed
 
-    def wrap_sync(self, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
-        """``method`` of ``torch.Tensor`` timed where its tensor is on the GPU."""
+    def wrap_sync(self, name: str, function: Callable[..., Any],
+                  waits: Callable[..., bool] = lambda *args, **kwargs: True
+                  ) -> Callable[..., Any]:
+        """``function`` timed as a wait on the GPU where ``waits`` (given its arguments) says
+        it is one: a ``torch.Tensor`` method where its tensor is on the GPU."""
 
-        @functools.wraps(method)
-        def timed(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-            if not tensor.is_cuda or self.step < self.first:
-                return method(tensor, *args, **kwargs)
+        @functools.wraps(function)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if self.step < self.first or not waits(*args, **kwargs):
+                return function(*args, **kwargs)
             start = time.perf_counter()
             try:
-                return method(tensor, *args, **kwargs)
+                return function(*args, **kwargs)
             finally:
-                self._waited(start, name)
+                end = time.perf_counter()
+                self.timeline.append((start, end, f"{SYNC_PREFIX}{name}/0"))
+                self.waited_s += end - start
 
         return timed
-
-    def _waited(self, start: float, name: str) -> None:
-        end = time.perf_counter()
-        self.timeline.append((start, end, f"{SYNC_PREFIX}{name}/0"))
-        self.waited_s += end - start
 
     def before_forward(self, module: torch.nn.Module, args: object) -> None:
         if self.step >= self.first:
@@ -188,9 +212,8 @@ class CallTimer:
         opened = self._open.get(id(module))
         if opened:
             start, waited = opened.pop()
-            name = type(module).__name__
-            self.module_us[name] += (time.perf_counter() - start - (self.waited_s - waited)) * 1e6
-            self.module_calls[name] += 1
+            self.modules.add(type(module).__name__,
+                             time.perf_counter() - start - (self.waited_s - waited))
 
     def wrap_timed(self, name: str, function: Callable[..., Any]) -> Callable[..., Any]:
         """``function`` whose calls from step ``first`` on add to ``name``'s per-step time."""
@@ -203,8 +226,7 @@ class CallTimer:
             try:
                 return function(*args, **kwargs)
             finally:
-                self.function_us[name] += (time.perf_counter() - start) * 1e6
-                self.function_calls[name] += 1
+                self.functions.add(name, time.perf_counter() - start)
 
         return timed
 
@@ -220,8 +242,7 @@ class CallTimer:
         if phase == "start":
             self._gc_start = time.perf_counter()
         elif self.step >= self.first:
-            self.gc_us[info["generation"]] += (time.perf_counter() - self._gc_start) * 1e6
-            self.gc_runs[info["generation"]] += 1
+            self.collections.add(str(info["generation"]), time.perf_counter() - self._gc_start)
 
     def install_module_hooks(self) -> None:
         """Time every module's forward (global hooks)."""
@@ -240,22 +261,14 @@ class CallTimer:
             for owner in (c10d, dist):
                 if getattr(owner, name, None) is original:
                     setattr(owner, name, timed)
-        for name in FUNCTIONAL_FUNCTIONS:
+        for name in FUNCTIONAL_ROWS:
             original = getattr(funcol, name, None)
             if original is not None:
                 setattr(funcol, name, self.wrap(f"funcol.{name}", original))
         for name in TENSOR_SYNCS:
-            setattr(torch.Tensor, name, self.wrap_sync(name, getattr(torch.Tensor, name)))
-        synchronize = torch.cuda.synchronize
-
-        @functools.wraps(synchronize)
-        def timed_synchronize(*args: Any, **kwargs: Any) -> None:
-            start = time.perf_counter()
-            synchronize(*args, **kwargs)
-            if self.step >= self.first:
-                self._waited(start, "cuda_synchronize")
-
-        torch.cuda.synchronize = timed_synchronize
+            setattr(torch.Tensor, name,
+                    self.wrap_sync(name, getattr(torch.Tensor, name), tensor_on_gpu))
+        torch.cuda.synchronize = self.wrap_sync("cuda_synchronize", torch.cuda.synchronize)
 
     def record(self) -> dict[str, Any]:
         steps = max(self.step - self.first, 1)
@@ -263,17 +276,10 @@ class CallTimer:
         durations_us: dict[str, list[float]] = defaultdict(list)
         for start, end, key in self.timeline:
             durations_us[key].append(round((end - start) * 1e6, 2))
-        modules = {name: {"calls_per_step": self.module_calls[name] / steps,
-                          "us_per_step": round(total / steps, 1)}
-                   for name, total in sorted(self.module_us.items())}
-        functions = {name: {"calls_per_step": self.function_calls[name] / steps,
-                            "us_per_step": round(total / steps, 1)}
-                     for name, total in sorted(self.function_us.items())}
-        collections = {str(generation): {"runs_per_step": self.gc_runs[generation] / steps,
-                                         "us_per_step": round(total / steps, 1)}
-                       for generation, total in sorted(self.gc_us.items())}
-        return {"first_step": self.first, "last_step": self.step - 1, "modules": modules,
-                "functions": functions, "gc": collections,
+        return {"first_step": self.first, "last_step": self.step - 1,
+                "modules": self.modules.per_step(steps),
+                "functions": self.functions.per_step(steps),
+                "gc": self.collections.per_step(steps),
                 "ops": {key: {"calls_per_step": len(values) / steps, "durations_us": values}
                         for key, values in sorted(durations_us.items())},
                 "origin_s": origin,
@@ -329,13 +335,7 @@ ROW_OF_FUNCTION = {
     "reduce_scatter_tensor": "reduce_scatter", "_reduce_scatter_base": "reduce_scatter",
     "reduce_scatter_single": "reduce_scatter", "all_to_all": "all_to_all",
     "all_to_all_single": "all_to_all",
-    **{f"funcol.{name}": row for name, row in (
-        ("all_reduce", "all_reduce"), ("all_gather_tensor", "all_gather"),
-        ("all_gather_single", "all_gather"), ("all_gather_tensor_autograd", "all_gather"),
-        ("reduce_scatter_tensor", "reduce_scatter"), ("reduce_scatter_single", "reduce_scatter"),
-        ("reduce_scatter_tensor_autograd", "reduce_scatter"),
-        ("all_to_all_single", "all_to_all"), ("all_to_all_single_autograd", "all_to_all"),
-        ("broadcast", "broadcast"))},
+    **{f"funcol.{name}": row for name, row in FUNCTIONAL_ROWS.items()},
 }
 """The ``collective_host`` row each timed function is fitted into; calls of the others
 (barriers, which wait for the other ranks; point-to-point) are left out of the fit."""

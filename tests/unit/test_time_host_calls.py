@@ -92,7 +92,8 @@ def test_a_wait_on_the_gpu_is_timed_and_left_out_of_the_fit(tmp_path: Path) -> N
         is_cuda = True
 
     timer = time_host_calls.CallTimer(first=1)
-    assert timer.wrap_sync("tolist", lambda tensor: [1.0])(OnGpu()) == [1.0]
+    assert timer.wrap_sync("tolist", lambda tensor: [1.0],
+                           time_host_calls.tensor_on_gpu)(OnGpu()) == [1.0]
     (_, _, key), = timer.timeline
     assert key == "sync.tolist/0"
     run = tmp_path / "calls" / "h200x2_ddp"
