@@ -152,7 +152,9 @@ class VirtualClock:
             raise ValueError(f"remeasure_every_cpu_ns is {remeasure_every_cpu_ns}; it is > 0")
         self.epoch_ns = time.time_ns() if epoch_ns is None else epoch_ns
         self.op_cost_ns = op_cost_ns
-        self._lock = threading.Lock()
+        # reentrant: a garbage collection can start while the lock is held (the counted work's
+        # reading allocates), and a script's gc callback that reads a timer comes back here
+        self._lock = threading.RLock()
         self._offset_ns = start_ns
         """Everything that is not measured CPU time: start, charges, ticks, jumps."""
         self._last_ns = start_ns
@@ -191,7 +193,7 @@ class VirtualClock:
     def _forget_threads(self) -> None:
         """In a forked child (a DataLoader worker) the lock may have been held by a thread that
         is gone, and the child measures nothing more (it is not the rank)."""
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._measuring_thread = None
 
     @property

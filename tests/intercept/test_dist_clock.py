@@ -176,3 +176,25 @@ def test_sleep_in_a_background_thread_is_real_and_leaves_the_clock_alone() -> No
         wall_s = real_monotonic() - wall_before
     assert wall_s >= 0.05
     assert clock.now_ns() == 0
+
+
+def test_a_reading_taken_while_the_clock_reads_does_not_deadlock() -> None:
+    """A garbage collection can start inside a reading (the counted work's reading allocates);
+    a script's gc callback that reads a timer then reads the clock again on the same thread."""
+    clocks: list[VirtualClock] = []
+    inner: list[int] = []
+
+    collecting: list[bool] = []
+
+    def script_work() -> int:
+        if clocks and not collecting and not inner:
+            collecting.append(True)  # a collection does not start inside its own callback
+            inner.append(clocks[0].now_ns())  # what a gc callback reading perf_counter does
+        return 5
+
+    clocks.append(VirtualClock(epoch_ns=0, script_work=script_work))
+    done = threading.Event()
+    reader = threading.Thread(target=lambda: (clocks[0].now_ns(), done.set()), daemon=True)
+    reader.start()
+    assert done.wait(10), "the clock deadlocked on a reading taken inside a reading"
+    assert inner and clocks[0].now_ns() >= max(inner)
