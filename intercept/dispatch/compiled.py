@@ -145,6 +145,8 @@ class _Group:
     """Elements of the iteration space's outer (non-reduced) part."""
     rnumel: int = 1
     """Elements reduced per output element (1: element-wise)."""
+    reduced: tuple[int, ...] | None = None
+    """The input dimensions its reductions reduce (None: element-wise, or not known)."""
 
 
 _plans: dict[str, list[KernelSpec]] = {}
@@ -236,9 +238,32 @@ class _Planner:
 
     # fusion
 
+    def _reduced(self, node: torch.fx.Node) -> tuple[int, ...] | None:
+        """The dimensions of its input a reduction reduces (its ``dim`` argument; all where it
+        has none; a norm's normalized trailing ones, a batch norm's all but channels); None
+        for an element-wise node or where the schema does not say."""
+        name = base_name(node.target._schema.name)
+        inp = _first_tensor(_values(node.args))
+        if name not in REDUCTIONS or inp is None:
+            return None
+        rank = inp.dim()
+        if "batch_norm" in name:
+            return tuple(d for d in range(rank) if d != 1)
+        schema_args = node.target._schema.arguments
+        bound = {a.name: v for a, v in zip(schema_args, node.args, strict=False)} | node.kwargs
+        if "normalized_shape" in bound:
+            return tuple(range(rank - len(bound["normalized_shape"]), rank))
+        if not any(a.name == "dim" for a in schema_args):
+            return None
+        dims = bound.get("dim")
+        if dims is None or dims == []:
+            return tuple(range(rank))
+        dims = [dims] if isinstance(dims, int) else list(dims)
+        return tuple(sorted(d % max(rank, 1) for d in dims))
+
     def _fuse(self, node: torch.fx.Node) -> None:
         numel, rnumel = self._space(node)
-        group = _Group([node], numel, rnumel)
+        group = _Group([node], numel, rnumel, self._reduced(node) if rnumel > 1 else None)
         self.group_of[node] = group
         for arg in _flat_nodes((node.args, node.kwargs)):
             producer = self._source(arg)
@@ -252,6 +277,7 @@ class _Planner:
     def _merge(self, first: _Group, second: _Group, space: tuple[int, int]) -> _Group:
         first.nodes = sorted(first.nodes + second.nodes, key=self.index.__getitem__)
         first.numel, first.rnumel = space
+        first.reduced = first.reduced or second.reduced
         for node in second.nodes:
             self.group_of[node] = first
         return first
@@ -323,7 +349,11 @@ class _Planner:
 
 
 def _merged_space(a: _Group, b: _Group) -> tuple[int, int] | None:
-    """The iteration space of ``a`` and ``b`` fused, or None where Inductor would not fuse."""
+    """The iteration space of ``a`` and ``b`` fused, or None where Inductor would not fuse: two
+    reductions over other dimensions of their input (one's output read along the other's
+    reduced dimension) never share a kernel, whatever their sizes."""
+    if a.reduced is not None and b.reduced is not None and a.reduced != b.reduced:
+        return None
     if (a.numel, a.rnumel) == (b.numel, b.rnumel):
         return a.numel, a.rnumel
     for red, other in ((a, b), (b, a)):

@@ -203,7 +203,13 @@ with warnings.catch_warnings(record=True) as caught:
     third = torch.compile(lambda a: (a - 1).exp(), backend="cudagraphs")
     compiled = kernels_of(lambda: (first(x), second(x)))
     other = kernels_of(lambda: third(x))
-result["compile"] = {"kernels": compiled, "other": other,
+    # reductions over the same dimension share a kernel (softmax); over another, never
+    same_dim = torch.compile(lambda a: (a - a.amax(1, keepdim=True)).exp().sum(1))
+    other_dim = torch.compile(lambda a: (a - a.mean(0, keepdim=True)).mean(1))
+    square = torch.randn(16, 16, device="cuda")  # both reductions' sizes alike
+    reductions = {"same_dim": kernels_of(lambda: same_dim(square)),
+                  "other_dim": kernels_of(lambda: other_dim(square))}
+result["compile"] = {"kernels": compiled, "other": other, "reductions": reductions,
                      "warnings": [str(w.message) for w in caught if "aot_eager" in str(w.message)]}
 """
 
@@ -451,4 +457,6 @@ def test_compile_launches_fused_kernels(behaviour: dict[str, Any]) -> None:
     compiled = behaviour["result"]["compile"]
     assert compiled["kernels"] == ["inductor::triton_pointwise"] * 2
     assert {"aten::sub", "aten::exp"} <= set(compiled["other"])
+    assert len(compiled["reductions"]["same_dim"]) == 1
+    assert len(compiled["reductions"]["other_dim"]) == 2
     assert len(compiled["warnings"]) == 1
