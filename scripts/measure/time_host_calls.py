@@ -551,6 +551,8 @@ def main() -> None:
     gc.callbacks.append(timer.on_gc)
     if args.modules:
         timer.install_module_hooks()
+    # names of the script's own modules (``model.GPT.forward``) resolve as the script imports them
+    sys.path.insert(0, str(args.script.resolve().parent))
     timer.install_functions([name for name in args.functions.split(",") if name])
     hook = register_optimizer_step_post_hook(timer.on_optimizer_step)
     try:
