@@ -18,10 +18,14 @@ makes of it:
 
 At run time the graph is executed on fake tensors with its own kernels suppressed (outputs,
 saved activations and allocator traffic as usual) and the plan is launched instead. Host cost:
-each launch is charged the eager launch overhead (Inductor's Python wrapper and Triton launcher
-cost about what an eager op's launch does: an assumption, not measured apart) and each call of a
-compiled graph :data:`GRAPH_CALL_OVERHEAD_NS`; under ``mode="reduce-overhead"`` (CUDA graphs) a
-graph replay costs :data:`GRAPH_REPLAY_OVERHEAD_NS` in all and its kernels nothing on the host.
+each launch is charged its family's eager launch overhead, and the launch loop's Python is
+counted: together 16.4 us a generated kernel on the reference host in the simulated chains of
+``scripts/measure/compiled_chains.py``, where six real records measured 10-21 us (median 16.4).
+Each call of a compiled forward graph costs :data:`GRAPH_CALL_OVERHEAD_NS`, of a backward graph
+the fitted ``compiled_backward_call``, and a backward run that reaches one
+``compiled_backward_run`` once (``intercept.host_time.compiled_call``: hundreds of us);
+under ``mode="reduce-overhead"`` (CUDA graphs) a graph replay costs
+:data:`GRAPH_REPLAY_OVERHEAD_NS` in all and its kernels nothing on the host.
 Compile time is the CPU time Dynamo and AOTAutograd spend here (the script's own) plus
 :data:`TRITON_COMPILE_NS` per distinct generated kernel, charged to the first call of a graph:
 it shows in the first step, as on a real GPU, not in later ones.
@@ -41,7 +45,9 @@ from torch._inductor import lowering
 from torch._inductor.decomposition import select_decomp_table
 
 from intercept.dispatch import fake_mode, op_costs
+from intercept.host_time.host_cost import HostCostTable
 from intercept.process import shim
+from phantora.compute import inductor
 from phantora.compute.inductor import generated_kernel
 from phantora.compute.ops import base_name
 from phantora.compute.spec import CONV_OPS, GROUPED_MATMUL_OPS, MATMUL_OPS, KernelSpec
@@ -49,8 +55,11 @@ from phantora.compute.spec import CONV_OPS, GROUPED_MATMUL_OPS, MATMUL_OPS, Kern
 aten = torch.ops.aten
 
 GRAPH_CALL_OVERHEAD_NS = 20_000
-"""Host cost of one call of a compiled graph beyond its launches (AOTAutograd's runtime
-wrapper, Inductor's generated ``call``): assumed, of the order of a few eager ops."""
+"""Host cost of one call of a compiled forward graph beyond its launches and the counted Python
+of its call path (AOTAutograd's runtime wrapper): assumed, of the order of a few eager ops; the
+simulated forward rows of ``scripts/measure/compiled_chains.py`` come out within 10-30% of the
+real ones with it. A backward graph's call costs the fitted ``compiled_backward_call``
+(``intercept.host_time.compiled_call``)."""
 GRAPH_REPLAY_OVERHEAD_NS = 10_000
 """Host cost of replaying one CUDA graph (``cudaGraphLaunch`` and cudagraph trees' checks):
 assumed."""
@@ -77,6 +86,8 @@ NO_KERNEL_NAMES: frozenset[str] = frozenset({
 class CompiledRuntime(Protocol):
     """What a compiled graph needs of ``intercept.runtime.RankRuntime``."""
 
+    host_costs: HostCostTable
+
     def excluded(self) -> ContextManager[None]: ...
     def kernel(self, spec: KernelSpec, stream: int,
                launch_overhead_ns: int | None = None) -> None: ...
@@ -89,19 +100,21 @@ def backend(mode: str | None = None) -> Callable[..., Any]:
     mode: Dynamo recompiles a frame whose backend object changes)."""
     cuda_graphs = mode in ("reduce-overhead", "max-autotune")
     compiler = functools.partial(_compile_graph, cuda_graphs=cuda_graphs)
-    return aot_autograd(fw_compiler=compiler, bw_compiler=compiler,
+    bw_compiler = functools.partial(_compile_graph, cuda_graphs=cuda_graphs, backward=True)
+    return aot_autograd(fw_compiler=compiler, bw_compiler=bw_compiler,
                         inference_compiler=compiler, decompositions=select_decomp_table(),
                         partition_fn=min_cut_rematerialization_partition,
                         keep_inference_input_mutations=True)
 
 
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Any, *,
-                   cuda_graphs: bool) -> Callable[..., Any]:
+                   cuda_graphs: bool, backward: bool = False) -> Callable[..., Any]:
     plan, new = plan_kernels(gm)
     # identical graphs (a model's repeated blocks) hit Inductor's graph cache: compiled once
-    generated = len({(s.name, s.bytes) for s in plan if s.name.startswith("inductor::")})
+    generated = len({(s.name, s.bytes) for s in plan
+                     if s.name.startswith(f"{inductor.NAMESPACE}::")})
     return make_boxed_func(CompiledGraph(gm, plan, cuda_graphs,
-                                         TRITON_COMPILE_NS * generated if new else 0))
+                                         TRITON_COMPILE_NS * generated if new else 0, backward))
 
 
 @dataclass
@@ -113,6 +126,8 @@ class CompiledGraph:
     cuda_graphs: bool
     compile_ns: int
     """Code generation still to charge (at the first call)."""
+    backward: bool = False
+    """An AOTAutograd backward graph (its call costs ``compiled_backward_call``)."""
 
     def __call__(self, *args: Any) -> Any:
         mode = fake_mode.active()
@@ -124,13 +139,36 @@ class CompiledGraph:
             out = self.gm(*args)
         device = next((t.device.index or 0 for t in op_costs.flat_tensors(list(args))
                        if t.device.type == "cuda"), 0)
-        rt.charge_host(self.compile_ns
-                       + (GRAPH_REPLAY_OVERHEAD_NS if self.cuda_graphs else GRAPH_CALL_OVERHEAD_NS))
+        rt.charge_host(self.compile_ns + self._call_ns(rt))
         self.compile_ns = 0
         stream = shim.library().fakecuda_current_stream(device)
+        generated_ns = rt.host_costs.layers_ns["compiled_generated_launch"]
         for spec in self.plan:
-            rt.kernel(spec, stream, launch_overhead_ns=0 if self.cuda_graphs else None)
+            launch_ns: int | None = None  # an extern kernel: its eager op's cost
+            if self.cuda_graphs:
+                launch_ns = 0
+            elif spec.name.startswith(f"{inductor.NAMESPACE}::"):
+                launch_ns = generated_ns
+            rt.kernel(spec, stream, launch_overhead_ns=launch_ns)
         return out
+
+    def _call_ns(self, rt: "CompiledRuntime") -> int:
+        """The host cost of this call beyond its launches: a backward node's, and its run's
+        for the first compiled node of a backward run."""
+        global _last_backward_run
+        if self.cuda_graphs:
+            return GRAPH_REPLAY_OVERHEAD_NS
+        if not self.backward:
+            return GRAPH_CALL_OVERHEAD_NS
+        layers = rt.host_costs.layers_ns
+        run = torch._C._current_graph_task_id()
+        first = run != _last_backward_run
+        _last_backward_run = run
+        return layers["compiled_backward_call"] + (layers["compiled_backward_run"] if first else 0)
+
+
+_last_backward_run: int | None = None
+"""The autograd graph task (backward run) that ran the process's last compiled backward node."""
 
 
 # --- planning ---------------------------------------------------------------------------------

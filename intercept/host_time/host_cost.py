@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from intercept.host_time.collective_host import CollectiveCallCost, load_collective_cost
+from intercept.host_time.compiled_call import load_compiled_call
 from intercept.host_time.gemm_heuristic import GemmHeuristic, load_gemm_heuristic
 from intercept.host_time.host_fit import load_fit
 from phantora.calibration.tables import HOST_COSTS
@@ -138,7 +139,9 @@ class HostCostTable:
     """Extra cost of a cuBLAS product whose shape is new to the process."""
     layers_ns: dict[str, int]
     """What layers above an op cost per op (see the module doc): ``autograd_record``,
-    ``autograd_node``, ``tensor_subclass``."""
+    ``autograd_node``, ``tensor_subclass``; a compiled graph's generated kernel launch, backward
+    node and backward run, ``compiled_generated_launch``, ``compiled_backward_call`` and
+    ``compiled_backward_run`` (``intercept.host_time.compiled_call``)."""
     provenance: dict[str, Any]
 
     def scaled_to(self, reference: str) -> "HostCostTable":
@@ -235,12 +238,20 @@ def table_from_json(data: dict[str, Any], gemm: GemmHeuristic | None = None) -> 
 
 @cache
 def load_table(path: Path = TABLE_PATH) -> HostCostTable:
-    """The shipped table (cached), with the fitted costs of the autograd engine's node and of a
-    tensor-subclass dispatch."""
+    """The shipped table (cached), with the fitted costs of the autograd engine's node, of a
+    tensor-subclass dispatch and of compiled graphs' backward."""
     table = table_from_json(json.loads(path.read_text()))
-    fit = load_fit()
+    fit, compiled = load_fit(), load_compiled_call()
+    for name, reference in (("host fit", fit.reference), ("compiled call cost",
+                                                          compiled.reference)):
+        if reference != table.reference:
+            raise ValueError(f"host cost table for {table.reference!r}, {name} for "
+                             f"{reference!r}: put both on one reference host")
     return replace(table, layers_ns={**table.layers_ns, "autograd_node": fit.autograd_node_ns,
-                                     "tensor_subclass": fit.tensor_subclass_ns})
+                                     "tensor_subclass": fit.tensor_subclass_ns,
+                                     "compiled_generated_launch": compiled.generated_launch_ns,
+                                     "compiled_backward_call": compiled.backward_call_ns,
+                                     "compiled_backward_run": compiled.backward_run_ns})
 
 
 def table_for(reference: str | None, gpu: str) -> HostCostTable:

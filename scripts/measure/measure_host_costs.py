@@ -27,6 +27,8 @@ minimum of ``--rounds`` rounds. Families:
   ``synchronize; t0; collective; synchronize; t1`` with its GPU time (CUDA events) beside it.
 * ``ddp``, ``fsdp2``, ``dtensor``, ``cuda_graph``: the host time those frameworks add per bucket,
   per parameter group, per op, per replay.
+* ``compiled``: ``torch.compile``d graphs' calls against their generated kernels
+  (``scripts/measure/compiled_chains.py``; fitted by ``scripts/measure/fit_compiled_host.py``).
 
 Products of shapes new to the process (cuBLAS's heuristic) are
 ``scripts/measure/measure_gemm_heuristic.py``'s.
@@ -393,8 +395,37 @@ def graph_cases(rec: Recorder, dev: torch.device) -> None:
                  kernels=kernels)
 
 
+def _kernels_per_call(op: Callable[[], object]) -> int:
+    """GPU kernels one call of ``op`` runs (the profiler's device events, memcpy and memset
+    left out)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    op()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        op()
+        torch.cuda.synchronize()
+    return sum(1 for e in prof.events()
+               if e.device_type == torch.autograd.DeviceType.CUDA
+               and not e.name.lower().startswith(("memcpy", "memset")))
+
+
+def compiled_cases(rec: Recorder, dev: torch.device) -> None:
+    """``torch.compile`` (Inductor, no CUDA graphs): compiled graphs' calls against the generated
+    kernels they launch, the rows of ``scripts/measure/compiled_chains.py`` (which says why),
+    each with its kernels counted."""
+    from scripts.measure import compiled_chains
+
+    for name, depth, op in compiled_chains.cases(dev):
+        with torch.set_grad_enabled(not name.startswith("inference")):
+            kernels = _kernels_per_call(op)
+            # calls x kernels well inside the launch queue (the GPU sleeps behind them)
+            rec.case("compiled", name, op, calls=max(8, 400 // kernels), kernels=kernels,
+                     depth=depth)
+
+
 SECTIONS = (aten_cases, ops_cases, backward_cases, foreach_cases, c10d_cases, framework_cases,
-            graph_cases)
+            graph_cases, compiled_cases)
 """Every measuring section, in the order they run (``--sections`` picks by name)."""
 
 
@@ -559,7 +590,7 @@ def main() -> None:
     parser.add_argument("--write", help="with --import-raw: write the table here")
     parser.add_argument("--sections", nargs="+", metavar="NAME",
                         help="measure only these sections (aten, ops, backward, foreach, c10d, "
-                             "framework, graph); default all")
+                             "framework, graph, compiled); default all")
     args = parser.parse_args()
     if args.import_raw:
         with open(args.import_raw) as f:

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from intercept.host_time.host_cost import load_table
 from phantora.compute.spec import KernelSpec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -69,6 +70,10 @@ class StandInRuntime:
         """Per kernel, the list length passed for its host cost (1 unless foreach)."""
         self.host_keys: list[str | None] = []
         """Per kernel, the host-cost key passed where it is not the op's name."""
+        self.host_costs = load_table()
+        self.host_charges: list[int] = []
+        """Every :meth:`charge_host`, in order."""
+        """The shipped host-cost table (a compiled graph reads its call costs there)."""
 
     @contextlib.contextmanager
     def excluded(self) -> Iterator[None]:
@@ -98,6 +103,7 @@ class StandInRuntime:
     def charge_host(self, duration_ns: int) -> None:
         self._check("charge_host")
         self.clock_ns += duration_ns
+        self.host_charges.append(duration_ns)
 
     counts_work = False
     """Python work is not counted here: :meth:`autograd` is never called."""

@@ -209,6 +209,15 @@ with warnings.catch_warnings(record=True) as caught:
     square = torch.randn(16, 16, device="cuda")  # both reductions' sizes alike
     reductions = {"same_dim": kernels_of(lambda: same_dim(square)),
                   "other_dim": kernels_of(lambda: other_dim(square))}
+# a backward through two calls of one compiled graph: two backward nodes, one backward run
+chained = torch.compile(lambda a: (a * 2).sin())
+leaf = torch.ones(8, 16, device="cuda", requires_grad=True)
+for _ in range(2):  # the first compiles
+    mark = len(runtime.host_charges)
+    chained(chained(leaf)).sum().backward()
+backward_charges = runtime.host_charges[mark:][2:]  # after the two forward calls
+result["compiled_backward"] = {"charges": backward_charges,
+                               "layers": runtime.host_costs.layers_ns}
 result["compile"] = {"kernels": compiled, "other": other, "reductions": reductions,
                      "warnings": [str(w.message) for w in caught if "aot_eager" in str(w.message)]}
 """
@@ -451,6 +460,13 @@ def test_default_generators_exist_per_gpu_and_keep_the_seed() -> None:
     result = run_snippet(GENERATORS)["result"]
     assert result == {"count": 8, "device": "cuda:1", "after_reseed": 99, "restored": 1234,
                       "graphsafe": 1234}
+
+
+def test_compiled_backward_pays_per_node_and_once_per_run(behaviour: dict[str, Any]) -> None:
+    backward = behaviour["result"]["compiled_backward"]
+    node, run = (backward["layers"]["compiled_backward_call"],
+                 backward["layers"]["compiled_backward_run"])
+    assert backward["charges"] == [node + run, node]
 
 
 def test_compile_launches_fused_kernels(behaviour: dict[str, Any]) -> None:

@@ -117,12 +117,33 @@ def test_c10d_collective_functions_run_in_the_simulators_time_while_installed() 
 def test_the_layers_above_an_op_are_charged_from_the_table_and_the_fit() -> None:
     from intercept.host_time.host_fit import load_fit
 
+    from intercept.host_time.compiled_call import load_compiled_call
+
     table = load_table()
-    assert set(table.layers_ns) == {"autograd_record", "autograd_node", "tensor_subclass"}
+    compiled = load_compiled_call()
+    assert set(table.layers_ns) == {"autograd_record", "autograd_node", "tensor_subclass",
+                                    "compiled_generated_launch", "compiled_backward_call",
+                                    "compiled_backward_run"}
     assert 0 < table.layers_ns["autograd_record"] < table.layers_ns["autograd_node"]
     assert table.layers_ns["tensor_subclass"] == load_fit().tensor_subclass_ns
     assert table.layers_ns["autograd_node"] == load_fit().autograd_node_ns
+    assert table.layers_ns["compiled_generated_launch"] == compiled.generated_launch_ns
+    assert table.layers_ns["compiled_backward_call"] == compiled.backward_call_ns
+    assert table.layers_ns["compiled_backward_run"] == compiled.backward_run_ns
+    h200 = table.scaled_to("h200-host")  # scaled with the table's other costs
+    assert h200.layers_ns["compiled_backward_run"] < compiled.backward_run_ns
     data = json.loads(TABLE_PATH.read_text())
     with pytest.raises(ValueError, match="layers_ns needs exactly autograd_record, found "
                                          "autograd_node"):
         table_from_json({**data, "layers_ns": {"autograd_node": 1}})
+
+
+def test_compiled_call_costs_name_a_missing_or_negative_key() -> None:
+    from intercept.host_time.compiled_call import COMPILED_CALL, cost_from_json
+
+    data = json.loads(COMPILED_CALL.path.read_text())
+    assert cost_from_json(data).backward_run_ns == data["backward_run_ns"]
+    with pytest.raises(ValueError, match="'backward_run_ns' is missing"):
+        cost_from_json({k: v for k, v in data.items() if k != "backward_run_ns"})
+    with pytest.raises(ValueError, match="generated_launch_ns is -1"):
+        cost_from_json({**data, "generated_launch_ns": -1})

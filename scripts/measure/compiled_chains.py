@@ -1,0 +1,114 @@
+"""The ``torch.compile`` probe: host time of a compiled graph's call against the generated kernels
+it launches, as one script that runs on a GPU machine and under the simulator alike.
+
+A chain of ``depth`` means along alternating dimensions is one generated (Triton) kernel per mean
+(a reduction needs the previous one whole), so rows of several depths separate a generated
+kernel's launch (their slope) from a graph call's own cost. The rows:
+
+* ``inference chain of D means``: the forward graph under ``no_grad``;
+* ``training forward chain of D means``: the forward graph of inputs that require grad;
+* ``training chain of D means``: forward and backward graphs (``sum`` and its backward eager);
+* ``training forward of K graphs`` and ``training of K graphs``: K calls of one compiled chain of
+  four means, one after the other, so one backward runs K compiled backward nodes (a transformer's
+  compiled blocks): their slope is a backward node's cost, their intercept one backward run's.
+
+``scripts/measure/measure_host_costs.py --sections compiled`` times these rows on a GPU machine
+(the GPU held busy, as its other rows); run here under the simulator they give the simulated
+side, which ``scripts/measure/fit_compiled_host.py`` compares them with. Each row: the median of
+five rounds of back-to-back calls, us per call.
+
+  phantora-ns3 SCENARIO   # a scenario whose script is this one, args: --json OUT.json
+"""
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable, Iterator
+
+import torch
+
+INFERENCE_DEPTHS = (1, 4, 16, 48)
+TRAINING_DEPTHS = (4, 16, 48)
+GRAPHS = (1, 2, 4, 8)
+ROUNDS = 5
+
+
+def chain(depth: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``depth`` means, each along the other dimension than the last one's."""
+    def means(x: torch.Tensor) -> torch.Tensor:
+        for i in range(depth):
+            x = x - x.mean(dim=i % 2, keepdim=True)
+        return x
+    return means
+
+
+def cases(dev: torch.device) -> Iterator[tuple[str, int, Callable[[], object]]]:
+    """(case name, depth or graphs, one call) for every row (``no_grad`` is the caller's, for the
+    inference rows)."""
+    import torch._dynamo
+
+    x = torch.randn(64, 64, device=dev)
+    xg = x.clone().requires_grad_()
+    for depth in INFERENCE_DEPTHS:
+        torch._dynamo.reset()
+        fn = torch.compile(chain(depth), dynamic=False)
+        yield f"inference chain of {depth} means", depth, lambda fn=fn: fn(x)
+    for depth in TRAINING_DEPTHS:
+        torch._dynamo.reset()
+        fn = torch.compile(chain(depth), dynamic=False)
+        yield f"training forward chain of {depth} means", depth, lambda fn=fn: fn(xg)
+
+        def train(fn: Callable[[torch.Tensor], torch.Tensor] = fn) -> None:
+            fn(xg).sum().backward()
+
+        yield f"training chain of {depth} means", depth, train
+    torch._dynamo.reset()
+    fn = torch.compile(chain(4), dynamic=False)
+    for graphs in GRAPHS:
+        def forward(fn: Callable[[torch.Tensor], torch.Tensor] = fn, graphs: int = graphs
+                    ) -> torch.Tensor:
+            y = xg
+            for _ in range(graphs):
+                y = fn(y)
+            return y
+
+        yield f"training forward of {graphs} graphs", graphs, forward
+        yield (f"training of {graphs} graphs", graphs,
+               lambda forward=forward: forward().sum().backward())
+    torch._dynamo.reset()
+
+
+def time_call(op: Callable[[], object], calls: int) -> float:
+    """Host us per call: the median of :data:`ROUNDS` rounds of ``calls`` back-to-back calls."""
+    for _ in range(5):
+        op()
+    torch.cuda.synchronize()
+    per_round = []
+    for _ in range(ROUNDS):
+        start = time.perf_counter()
+        for _ in range(calls):
+            op()
+        per_round.append((time.perf_counter() - start) / calls * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(per_round)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", required=True, help="write the rows here")
+    args = parser.parse_args()
+    dev = torch.device("cuda", 0)
+    rows = []
+    for name, depth, op in cases(dev):
+        grad = not name.startswith("inference")
+        with torch.set_grad_enabled(grad):
+            us = time_call(op, max(8, 400 // depth))
+        rows.append({"case": name, "depth": depth, "us": round(us, 3)})
+        print(json.dumps(rows[-1]), flush=True)
+    with open(args.json, "w") as f:
+        json.dump({"rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
