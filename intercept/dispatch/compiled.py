@@ -56,10 +56,11 @@ aten = torch.ops.aten
 
 GRAPH_CALL_OVERHEAD_NS = 20_000
 """Host cost of one call of a compiled forward graph beyond its launches and the counted Python
-of its call path (AOTAutograd's runtime wrapper): assumed, of the order of a few eager ops; the
-simulated forward rows of ``scripts/measure/compiled_chains.py`` come out within 10-30% of the
-real ones with it. A backward graph's call costs the fitted ``compiled_backward_call``
-(``intercept.host_time.compiled_call``)."""
+of its call path (AOTAutograd's runtime wrapper): assumed, of the order of a few eager ops. The
+counted Python alone already exceeds the real call: simulated, a forward call of the chains of
+``scripts/measure/compiled_chains.py`` costs 123 us (inference) and 217 us (a training graph of
+four means) on the reference host, real 38-92 us (median 57) and 137-146 us. A backward graph's
+call costs the fitted ``compiled_backward_call`` (``intercept.host_time.compiled_call``)."""
 GRAPH_REPLAY_OVERHEAD_NS = 10_000
 """Host cost of replaying one CUDA graph (``cudaGraphLaunch`` and cudagraph trees' checks):
 assumed."""

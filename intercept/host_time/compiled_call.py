@@ -1,5 +1,5 @@
-"""What ``torch.compile``d graphs' backward costs the host beyond its kernel launches and the
-Python the counter sees (``phantora/calibration/data/compiled_call.json``).
+"""What ``torch.compile``d graphs cost the host beyond the eager tables and the Python the
+counter sees (``phantora/calibration/data/compiled_call.json``).
 
 A generated (Triton) kernel's launch from Inductor's wrapper (``generated_launch_ns``, in place
 of an eager op's) costs the same in a forward graph and a backward one (the rows of
@@ -12,9 +12,9 @@ costs). ``scripts/measure/fit_compiled_host.py`` fits the three on the probe (th
 ``scripts/measure/measure_host_costs.py --sections compiled`` against the same rows simulated),
 on the reference host; other reference hosts scale them as the host-cost table does
 (``intercept.host_time.host_cost``, whose ``layers_ns`` carries them as
-``compiled_generated_launch``, ``compiled_backward_call`` and ``compiled_backward_run``). A forward graph's call keeps
-``intercept.dispatch.compiled``'s assumed cost: the counted Python of its call path already
-comes within 30% of the real one. No torch import.
+``compiled_generated_launch``, ``compiled_backward_call`` and ``compiled_backward_run``). A
+forward graph's call keeps ``intercept.dispatch.compiled``'s assumed cost (the counted Python of
+its call path already exceeds the real one). No torch import.
 """
 
 import json
