@@ -91,17 +91,18 @@ HOST_FIT = Table(DATA_DIR / "host_fit.json", Source(
 op (``intercept.host_time.host_fit``)."""
 
 COMPILED_CALL = Table(DATA_DIR / "compiled_call.json", Source(
-    file="scripts/measure/data/host_costs/h200x2-compiled5.json, h200x2-compiled6.json (the "
-         "compiled rows of measure_host_costs.py on a lent 2xH200 host, two processes)",
+    file="scripts/measure/data/host_costs/h200x1-compiled{1,2,7,8}.json, "
+         "h200x2-compiled{3..6}.json (the compiled rows of measure_host_costs.py on four lent "
+         "hosts, two processes each)",
     date="2026-11-28",
-    gpu="2x NVIDIA H200 (lent nvidia-h200-x2; 32 vCPUs of an Intel Xeon)",
+    gpu="NVIDIA H200 (lent nvidia-h200 and nvidia-h200-x2)",
     nccl="n/a (one GPU)", torch="2.11.0+cu130 (Triton 3.6.0)",
-    how="scripts/measure/fit_compiled_host.py: per depth of a compiled chain of means, the real "
-        "backward's host time (training row less training-forward row, put on the table's "
-        "reference host by the record's aten cases) less the simulated one; the median added "
-        "to the shipped cost"))
-"""Host cost of a compiled graph's backward call beyond its launches and counted Python
-(``intercept.host_time.compiled_call``)."""
+    how="scripts/measure/fit_compiled_host.py: each record put on the table's reference host by "
+        "its aten cases; a generated kernel's launch from the inference chains' slope (all 8 "
+        "records), a backward node and run from the rows of K graphs in one backward (records 7 "
+        "and 8); each the shipped value plus the median of real less simulated"))
+"""Host costs of compiled graphs beyond the eager tables and counted Python: a generated kernel's
+launch, a backward node, a backward run (``intercept.host_time.compiled_call``)."""
 
 COLLECTIVE_HOST = Table(DATA_DIR / "collective_host.json", Source(
     file="scripts/measure/data/collective_host/h200x2.j (the calls of 9 training runs on a lent "
