@@ -91,9 +91,8 @@ HOST_FIT = Table(DATA_DIR / "host_fit.json", Source(
 op (``intercept.host_time.host_fit``)."""
 
 COMPILED_CALL = Table(DATA_DIR / "compiled_call.json", Source(
-    file="scripts/measure/data/host_costs/h200x1-compiled{1,2,7,8}.json, "
-         "h200x2-compiled{3..6}.json (the compiled rows of measure_host_costs.py on four lent "
-         "hosts, two processes each)",
+    file="scripts/measure/data/host_costs/ (h200x1-compiled1, 2, 7, 8 and h200x2-compiled3 to 6: "
+         "the compiled rows of measure_host_costs.py on four lent hosts, two processes each)",
     date="2026-11-28",
     gpu="NVIDIA H200 (lent nvidia-h200 and nvidia-h200-x2)",
     nccl="n/a (one GPU)", torch="2.11.0+cu130 (Triton 3.6.0)",
