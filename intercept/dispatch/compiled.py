@@ -18,9 +18,10 @@ makes of it:
 
 At run time the graph is executed on fake tensors with its own kernels suppressed (outputs,
 saved activations and allocator traffic as usual) and the plan is launched instead. Host cost:
-each launch is charged its family's eager launch overhead, and the launch loop's Python is
-counted: together 16.4 us a generated kernel on the reference host in the simulated chains of
-``scripts/measure/compiled_chains.py``, where six real records measured 10-21 us (median 16.4).
+a generated kernel's launch is charged ``compiled_generated_launch`` and the launch loop's Python
+is counted, fitted so that the simulated chains of ``scripts/measure/compiled_chains.py`` take
+what eight real records took per kernel (10-21 us, median 14.1 on the reference host); an extern
+kernel's launch costs its eager op's.
 Each call of a compiled forward graph costs :data:`GRAPH_CALL_OVERHEAD_NS`, of a backward graph
 the fitted ``compiled_backward_call``, and a backward run that reaches one
 ``compiled_backward_run`` once (``intercept.host_time.compiled_call``: hundreds of us);
@@ -47,8 +48,7 @@ from torch._inductor.decomposition import select_decomp_table
 from intercept.dispatch import fake_mode, op_costs
 from intercept.host_time.host_cost import HostCostTable
 from intercept.process import shim
-from phantora.compute import inductor
-from phantora.compute.inductor import generated_kernel
+from phantora.compute.inductor import generated_kernel, is_generated
 from phantora.compute.ops import base_name
 from phantora.compute.spec import CONV_OPS, GROUPED_MATMUL_OPS, MATMUL_OPS, KernelSpec
 
@@ -112,8 +112,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Any, *,
                    cuda_graphs: bool, backward: bool = False) -> Callable[..., Any]:
     plan, new = plan_kernels(gm)
     # identical graphs (a model's repeated blocks) hit Inductor's graph cache: compiled once
-    generated = len({(s.name, s.bytes) for s in plan
-                     if s.name.startswith(f"{inductor.NAMESPACE}::")})
+    generated = len({(s.name, s.bytes) for s in plan if is_generated(s.name)})
     return make_boxed_func(CompiledGraph(gm, plan, cuda_graphs,
                                          TRITON_COMPILE_NS * generated if new else 0, backward))
 
@@ -148,7 +147,7 @@ class CompiledGraph:
             launch_ns: int | None = None  # an extern kernel: its eager op's cost
             if self.cuda_graphs:
                 launch_ns = 0
-            elif spec.name.startswith(f"{inductor.NAMESPACE}::"):
+            elif is_generated(spec.name):
                 launch_ns = generated_ns
             rt.kernel(spec, stream, launch_overhead_ns=launch_ns)
         return out

@@ -24,6 +24,11 @@ MEASURED_DTYPES = ("bf16", "fp32")
 """The dtypes the Triton rows were measured in; a kernel of another is costed as bf16."""
 
 
+def is_generated(name: str) -> bool:
+    """Whether a launch named ``name`` is a generated kernel (any kind)."""
+    return name.startswith(f"{NAMESPACE}::")
+
+
 def is_pointwise(name: str) -> bool:
     """Whether a launch named ``name`` is a generated element-wise kernel."""
     return name == f"{NAMESPACE}::{POINTWISE}"

@@ -63,9 +63,10 @@ def simulate(out: Path) -> dict[str, float]:
     return {row["case"]: float(row["us"]) for row in json.loads(rows.read_text())["rows"]}
 
 
-def real_rows(record: dict[str, Any]) -> dict[str, float]:
-    """A record's compiled rows (valid rounds only), us per call on the table's reference host."""
-    scale = anchor_scale(json.loads(BASE.read_text()), record)
+def real_rows(record: dict[str, Any], base: dict[str, Any]) -> dict[str, float]:
+    """A record's compiled rows (valid rounds only), us per call on the reference host of
+    ``base`` (the table's raw record, :data:`BASE`)."""
+    scale = anchor_scale(base, record)
     return {row["case"]: float(row["us_median"]) * scale for row in record["rows"]
             if row.get("family") == "compiled" and row.get("valid_rounds")}
 
@@ -117,7 +118,8 @@ def main() -> None:
     start_s = time.perf_counter()
     simulated = simulate(args.out)
     print(f"simulated the probe in {time.perf_counter() - start_s:.0f} s", flush=True)
-    records = {path.name: real_rows(json.loads(path.read_text())) for path in args.real}
+    base = json.loads(BASE.read_text())
+    records = {path.name: real_rows(json.loads(path.read_text()), base) for path in args.real}
     print(f"\n{'case (us per call, reference host)':38s} {'simulated':>9s} "
           + " ".join(f"{name.removesuffix('.json')[-9:]:>9s}" for name in records))
     for case, us in simulated.items():

@@ -71,9 +71,9 @@ class StandInRuntime:
         self.host_keys: list[str | None] = []
         """Per kernel, the host-cost key passed where it is not the op's name."""
         self.host_costs = load_table()
+        """The shipped host-cost table (a compiled graph reads its call costs there)."""
         self.host_charges: list[int] = []
         """Every :meth:`charge_host`, in order."""
-        """The shipped host-cost table (a compiled graph reads its call costs there)."""
 
     @contextlib.contextmanager
     def excluded(self) -> Iterator[None]:
