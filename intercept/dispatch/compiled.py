@@ -11,7 +11,9 @@ makes of it:
 * every other op is **fused**: producers and consumers join one generated Triton kernel where
   Inductor's scheduler would fuse them (same iteration space, or a reduction with its
   element-wise prologue and epilogue, no cycle through another kernel), and a fused kernel moves
-  the bytes it reads from outside itself and writes for outside users once. Which kind of
+  the bytes it reads from outside itself and writes for outside users once. A reduction with
+  few outputs and many elements each is **split** in two kernels where Inductor's heuristic
+  splits it (:func:`reduction_splits`: a batch norm's statistics over a large batch). Which kind of
   generated kernel that is, and so its time, is the compute model's
   (``phantora.compute.inductor``: by bytes from the Triton rows of the tables, measured
   ``torch.compile`` kernels); this module only plans the graph, which needs torch.
@@ -34,6 +36,8 @@ it shows in the first step, as on a real GPU, not in later ones.
 
 import functools
 import hashlib
+import heapq
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ContextManager, Protocol, cast
@@ -44,6 +48,7 @@ from torch._functorch._aot_autograd.utils import make_boxed_func
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch._inductor import lowering
 from torch._inductor.decomposition import select_decomp_table
+from torch.fx.experimental.symbolic_shapes import optimization_hint
 
 from intercept.dispatch import fake_mode, op_costs
 from intercept.host_time.host_cost import HostCostTable
@@ -185,6 +190,9 @@ class _Group:
     """Elements reduced per output element (1: element-wise)."""
     reduced: tuple[int, ...] | None = None
     """The input dimensions its reductions reduce (None: element-wise, or not known)."""
+    inner: bool = True
+    """Whether its reduction reads each output's elements contiguously (a reduced dimension of
+    stride 1), which decides how Inductor splits it."""
 
 
 _plans: dict[str, list[KernelSpec]] = {}
@@ -200,8 +208,14 @@ def plan_kernels(gm: torch.fx.GraphModule) -> tuple[list[KernelSpec], bool]:
     plan = _plans.get(key)
     if plan is not None:
         return plan, False
-    plan = _plans[key] = _Planner(gm.graph).plan()
+    plan = _plans[key] = _Planner(gm.graph, torch.cuda.get_device_properties()).plan()
     return plan, True
+
+
+def _hint(size: int | torch.SymInt) -> int:
+    """A size of a graph compiled for dynamic shapes as the example it was traced with (no
+    guard added; an unbacked size as Inductor's fallback), so that the plan holds integers."""
+    return optimization_hint(size, fallback=torch._inductor.config.unbacked_symint_fallback)
 
 
 def _shape(node: torch.fx.Node) -> Any:
@@ -210,7 +224,9 @@ def _shape(node: torch.fx.Node) -> Any:
 
 
 class _Planner:
-    def __init__(self, graph: torch.fx.Graph) -> None:
+    def __init__(self, graph: torch.fx.Graph, device: Any) -> None:
+        self.device = device
+        """The (simulated) GPU's properties: its SM count decides reduction splits."""
         self.nodes = list(graph.nodes)
         self.index = {node: i for i, node in enumerate(self.nodes)}
         self.group_of: dict[torch.fx.Node, _Group] = {}
@@ -219,20 +235,57 @@ class _Planner:
         for node in self.nodes:
             if self._kind(node) == "fused":
                 self._fuse(node)
-        emitted: set[int] = set()
+        self._fuse_siblings()
         plan: list[KernelSpec] = []
+        for unit in self._launch_order():
+            if isinstance(unit, torch.fx.Node):
+                plan.append(self._extern_spec(unit))
+            else:
+                plan.extend(self._group_specs(unit))
+        return plan
+
+    def _launch_order(self) -> list["torch.fx.Node | _Group"]:
+        """Extern nodes and fused groups in an order that launches every kernel after the
+        kernels it reads, each as early as the graph has it (a group at its first node)."""
+        unit_of: dict[torch.fx.Node, torch.fx.Node | _Group] = {}
         for node in self.nodes:
             kind = self._kind(node)
             if kind == "extern":
-                plan.append(self._extern_spec(node))
+                unit_of[node] = node
             elif kind == "fused":
-                group = self.group_of[node]
-                if group.nodes[-1] is node and id(group) not in emitted:
-                    emitted.add(id(group))
-                    spec = self._group_spec(group)
-                    if spec is not None:
-                        plan.append(spec)
-        return plan
+                unit_of[node] = self.group_of[node]
+        units = list({id(u): u for u in unit_of.values()}.values())
+        first = {id(u): min(self.index[n] for n in (u.nodes if isinstance(u, _Group) else [u]))
+                 for u in units}
+        waits_on: dict[int, set[int]] = {id(u): set() for u in units}
+        feeds: dict[int, list[int]] = {id(u): [] for u in units}
+        inputs_of: dict[torch.fx.Node, set[int]] = {}  # the units a node's value depends on
+        for node in self.nodes:
+            found: set[int] = set()
+            for arg in _flat_nodes((node.args, node.kwargs)):
+                found |= {id(unit_of[arg])} if arg in unit_of else inputs_of.get(arg, set())
+            unit = unit_of.get(node)
+            if unit is None:
+                inputs_of[node] = found
+                continue
+            for other in found - {id(unit)} - waits_on[id(unit)]:
+                waits_on[id(unit)].add(other)
+                feeds[other].append(id(unit))
+        by_id = {id(u): u for u in units}
+        ready = [(first[key], key) for key, deps in waits_on.items() if not deps]
+        heapq.heapify(ready)
+        order: list[torch.fx.Node | _Group] = []
+        while ready:
+            _, key = heapq.heappop(ready)
+            order.append(by_id[key])
+            for user in feeds[key]:
+                waits_on[user].discard(key)
+                if not waits_on[user]:
+                    heapq.heappush(ready, (first[user], user))
+        if len(order) < len(units):
+            raise RuntimeError("phantora: the kernels planned for a compiled graph depend on "
+                               "each other in a cycle (a planner bug: please report the graph)")
+        return order
 
     # classification
 
@@ -265,11 +318,11 @@ class _Planner:
     def _space(self, node: torch.fx.Node) -> tuple[int, int]:
         """(outer elements, reduced elements per output) of a fused node."""
         out = _first_tensor(node.meta.get("val"))
-        numel = out.numel() if out is not None else 1
+        numel = _hint(out.numel()) if out is not None else 1
         if base_name(node.target._schema.name) not in REDUCTIONS:
             return numel, 1
         inp = _first_tensor(_values(node.args))
-        total = inp.numel() if inp is not None else numel
+        total = _hint(inp.numel()) if inp is not None else numel
         if total <= numel:
             return numel, 1
         return numel, total // max(numel, 1)
@@ -299,9 +352,19 @@ class _Planner:
         dims = [dims] if isinstance(dims, int) else list(dims)
         return tuple(sorted(d % max(rank, 1) for d in dims))
 
+    def _inner(self, node: torch.fx.Node) -> bool:
+        """Whether reduction ``node`` reduces a dimension of stride 1 of its input (true where
+        the dimensions or the input are not known)."""
+        inp = _first_tensor(_values(node.args))
+        dims = self._reduced(node)
+        if inp is None or dims is None:
+            return True
+        return any(_hint(inp.stride(d)) == 1 for d in dims if _hint(inp.size(d)) > 1)
+
     def _fuse(self, node: torch.fx.Node) -> None:
         numel, rnumel = self._space(node)
-        group = _Group([node], numel, rnumel, self._reduced(node) if rnumel > 1 else None)
+        group = _Group([node], numel, rnumel, self._reduced(node) if rnumel > 1 else None,
+                       self._inner(node) if rnumel > 1 else True)
         self.group_of[node] = group
         for arg in _flat_nodes((node.args, node.kwargs)):
             producer = self._source(arg)
@@ -309,12 +372,87 @@ class _Planner:
             if other is None or other is group:
                 continue
             merged = _merged_space(other, group)
-            if merged is not None and not self._path_outside(other, group):
+            if merged is not None and not self._splits_under(other, group) \
+                    and not self._path_outside(other, group):
                 group = self._merge(other, group, merged)
+
+    def _fuse_siblings(self) -> None:
+        """Join reductions over the same iteration space that read a common buffer and do not
+        depend on each other into one kernel, as Inductor's scheduler does (a batch norm's
+        gradient sums read the output gradient once)."""
+        groups = list({id(g): g for g in self.group_of.values() if g.rnumel > 1}.values())
+        merged: set[int] = set()
+        for i, first in enumerate(groups):
+            if id(first) in merged:
+                continue
+            for second in groups[i + 1:]:
+                if id(second) in merged or (first.numel, first.rnumel, first.reduced) != (
+                        second.numel, second.rnumel, second.reduced):
+                    continue
+                if not self._group_reads(first).keys() & self._group_reads(second).keys():
+                    continue
+                if self._path_outside(first, second) or self._path_outside(second, first) \
+                        or self._feeds_loop(first, second) or self._feeds_loop(second, first):
+                    continue
+                self._merge(first, second, (first.numel, first.rnumel))
+                merged.add(id(second))
+
+    def _feeds_loop(self, source: _Group, target: _Group) -> bool:
+        """Whether a result of ``source`` reaches ``target``'s reductions or the element-wise
+        work over their inputs: one kernel could not compute both in one pass. A result that
+        reaches only ``target``'s epilogue over the outputs is fine."""
+        members = set(target.nodes)
+        results = [n for n in source.nodes if not self._whole_input(n, source)]
+        stack = [user for n in results for user in self._consumers(n) if user in members]
+        seen: set[torch.fx.Node] = set()
+        while stack:
+            node = stack.pop()
+            if node in seen:
+                continue
+            seen.add(node)
+            if base_name(node.target._schema.name) in REDUCTIONS or self._whole_input(node, target):
+                return True
+            stack.extend(user for user in self._consumers(node) if user in members)
+        return False
+
+    def _whole_input(self, node: torch.fx.Node, group: _Group) -> bool:
+        """Whether ``node`` of reduction ``group`` computes over the reduction's whole input
+        (its prologue), not over its outputs."""
+        out = _first_tensor(node.meta.get("val"))
+        return out is not None and _hint(out.numel()) > group.numel
+
+    def _group_reads(self, group: _Group) -> dict[torch.fx.Node, int]:
+        """The buffers (producer, bytes) the group's kernel reads from outside itself."""
+        members = set(group.nodes)
+        read: dict[torch.fx.Node, int] = {}
+        for node in group.nodes:
+            for arg in _flat_nodes((node.args, node.kwargs)):
+                if self._source(arg) in members:
+                    continue
+                for source, size in self._reads(arg).items():
+                    if source not in members:
+                        read[source] = max(read.get(source, 0), size)
+        return read
+
+    def _splits_under(self, producer: _Group, consumer: _Group) -> bool:
+        """Whether ``consumer`` is an element-wise epilogue over the whole input of a reduction
+        that Inductor splits: each output's result is complete only after the second kernel,
+        so the epilogue runs as a kernel of its own (a batch norm's input gradient)."""
+        return (producer.rnumel > 1 and consumer.rnumel == 1
+                and consumer.numel == producer.numel * producer.rnumel
+                and self._split_count(producer) > 1)
+
+    def _split_count(self, group: _Group) -> int:
+        """In how many parts Inductor reduces each of the group's outputs (1: not split)."""
+        if group.rnumel <= 1:
+            return 1
+        return reduction_splits(group.numel, group.rnumel, group.inner, self.device)
 
     def _merge(self, first: _Group, second: _Group, space: tuple[int, int]) -> _Group:
         first.nodes = sorted(first.nodes + second.nodes, key=self.index.__getitem__)
         first.numel, first.rnumel = space
+        if first.rnumel > 1 and first.reduced is None:
+            first.inner = second.inner
         first.reduced = first.reduced or second.reduced
         for node in second.nodes:
             self.group_of[node] = first
@@ -350,30 +488,68 @@ class _Planner:
         return op_costs.kernel_spec(func._schema.name, func, tuple(args), dict(kwargs),
                                     node.meta.get("val"))
 
-    def _group_spec(self, group: _Group) -> KernelSpec | None:
+    def _group_specs(self, group: _Group) -> list[KernelSpec]:
+        """The group's kernel, or its two where Inductor splits its reduction: the first reduces
+        each output's elements in ``splits`` parts (and writes what its prologue computes for
+        other kernels), the second those partial results."""
         members = set(group.nodes)
-        read: dict[torch.fx.Node, int] = {}
-        for node in group.nodes:
-            for arg in _flat_nodes((node.args, node.kwargs)):
-                source = self._source(arg)
-                if source in members:
-                    continue
-                for value in op_costs.flat_tensors(arg.meta.get("val")):
-                    read[source] = max(read.get(source, 0), op_costs.tensor_bytes(value))
-        written = 0
+        read = self._group_reads(group)
+        written = written_inside = reduced = 0  # inside: by the loop over the whole input
         dtypes: dict[str, int] = {}
         for node in group.nodes:
-            if any(user not in members for user in self._consumers(node)):
-                for value in op_costs.flat_tensors(node.meta.get("val")):
-                    written += op_costs.tensor_bytes(value)
-            for value in op_costs.flat_tensors(node.meta.get("val")):
+            values = op_costs.flat_tensors(node.meta.get("val"))
+            if not self._inlined(node) and any(user not in members
+                                               for user in self._consumers(node)):
+                size = sum(_hint(op_costs.tensor_bytes(value)) for value in values)
+                written += size
+                if sum(_hint(value.numel()) for value in values) > group.numel:
+                    written_inside += size
+            if base_name(node.target._schema.name) in REDUCTIONS:
+                reduced += sum(_hint(op_costs.tensor_bytes(value)) for value in values)
+            for value in values:
                 name = op_costs.dtype_name(value.dtype)
-                dtypes[name] = dtypes.get(name, 0) + value.numel()
+                dtypes[name] = dtypes.get(name, 0) + _hint(value.numel())
         nbytes = sum(read.values()) + written
         if nbytes == 0:
-            return None
+            return []
         dtype = max(dtypes, key=dtypes.__getitem__) if dtypes else ""
-        return generated_kernel(nbytes, group.numel, group.rnumel, dtype)
+        splits = self._split_count(group)
+        if splits == 1:
+            return [generated_kernel(nbytes, group.numel, group.rnumel, dtype)]
+        partials = splits * reduced
+        return [generated_kernel(sum(read.values()) + written_inside + partials,
+                                 group.numel * splits, -(-group.rnumel // splits), dtype),
+                generated_kernel(partials + written - written_inside, group.numel, splits,
+                                 dtype)]
+
+    @functools.cache  # noqa: B019  (one planner per graph)
+    def _reads(self, arg: torch.fx.Node) -> dict[torch.fx.Node, int]:
+        """The buffers (their producers, bytes read) a kernel reads to have ``arg``: ``arg``'s
+        own memory, or where its producer is inlined, what that producer reads."""
+        source = self._source(arg)
+        if isinstance(source, torch.fx.Node) and self._inlined(source):
+            found: dict[torch.fx.Node, int] = {}
+            for inner in _flat_nodes((source.args, source.kwargs)):
+                for buffer, size in self._reads(inner).items():
+                    found[buffer] = max(found.get(buffer, 0), size)
+            return found
+        return {source: sum(_hint(op_costs.tensor_bytes(value))
+                            for value in op_costs.flat_tensors(arg.meta.get("val")))}
+
+    @functools.cache  # noqa: B019  (one planner per graph)
+    def _inlined(self, node: torch.fx.Node) -> bool:
+        """Whether Inductor recomputes element-wise ``node`` in each kernel that reads it instead
+        of writing it to memory: every consumer is a generated kernel, and it reads at most
+        ``realize_reads_threshold`` buffers where several kernels read it (Inductor's
+        ``mark_reuse``). Reductions, graph outputs and extern kernels' inputs are written."""
+        if self._kind(node) != "fused" or base_name(node.target._schema.name) in REDUCTIONS:
+            return False
+        consumers = list(self._consumers(node))
+        if not consumers or any(self._kind(user) != "fused" for user in consumers):
+            return False
+        reads = {buffer for arg in _flat_nodes((node.args, node.kwargs))
+                 for buffer in self._reads(arg)}
+        return len(consumers) == 1 or len(reads) <= torch._inductor.config.realize_reads_threshold
 
     def _consumers(self, node: torch.fx.Node) -> Iterator[torch.fx.Node]:
         """Users of ``node`` through views (a view of it read elsewhere is a read of it)."""
@@ -384,6 +560,47 @@ class _Planner:
                 yield from self._consumers(user)
             else:
                 yield user
+
+
+def reduction_splits(numel: int, rnumel: int, inner: bool, device: Any) -> int:
+    """In how many parts Inductor (``ir.Reduction.num_splits``, ``choices.reduction_split_factor``)
+    splits a reduction of ``rnumel`` elements into each of ``numel`` outputs on ``device`` (its
+    ``multi_processor_count`` and ``major``): where the outputs are too few to fill the GPU, each
+    output's elements are reduced in parts by more blocks (1: not split)."""
+    sms = device.multi_processor_count
+    threads = 32 * 8  # a warp's threads times Inductor's 8 warps
+    min_elements = 32 * sms * 2048  # 32 to 512 elements per thread, 2,048 threads per SM
+    max_elements = 512 * sms * 2048
+    if numel > 1 and (rnumel <= 32 or numel >= sms * 2 * 32):
+        return 1
+    if inner or numel == 1:
+        if numel >= 2 * sms or rnumel <= (524288 if device.major >= 10 else 8192):
+            return 1
+        if rnumel * numel <= min_elements:
+            size = 32
+        elif rnumel * numel < max_elements:
+            blocks_per_output = -(-(sms * 2048 // (2 * threads)) // numel)
+            size = _even_split(rnumel, -(-rnumel // (threads * blocks_per_output)), 30, 32)
+        else:
+            size = _even_split(rnumel, 512, 50, 0)
+        return -(-rnumel // (size * threads))
+    per_thread = 4
+    if rnumel * numel < min_elements:
+        size = 32
+    elif rnumel * numel < max_elements:
+        blocks = -(-(sms * 2048 // threads) // -(-numel // 128))
+        size = _even_split(rnumel, -(-rnumel // (per_thread * blocks)), 20, 32)
+    else:
+        size = _even_split(rnumel, 512, 50, 0)
+    return -(-rnumel // (per_thread * size))
+
+
+def _even_split(total: int, target: int, tolerance: int, least: int) -> int:
+    """The divisor of ``total`` nearest ``target`` where within ``tolerance`` of it (at least
+    ``least``), else ``target``: Inductor prefers parts that divide evenly."""
+    nearest = min((d for i in range(1, math.isqrt(total) + 1) if total % i == 0
+                   for d in (i, total // i)), key=lambda d: abs(d - target))
+    return max(nearest, least) if abs(nearest - target) < tolerance else target
 
 
 def _merged_space(a: _Group, b: _Group) -> tuple[int, int] | None:

@@ -5,10 +5,13 @@ The op decides where it is known: a real ``Memcpy DtoD`` launched by ``aten::cop
 element-wise copy, as the simulator (which names that kernel ``aten::copy_``) counts it. Only
 host transfers are ``memcpy`` by their name on both sides; kernels without an op (NCCL,
 Triton, CUDA graph replays, copies and fills launched outside aten) fall back on their name.
+The simulator's generated kernels (``inductor::<kind>``) are ``triton``, as Inductor's real
+``triton_*`` kernels are.
 """
 
 import re
 
+from phantora.compute.inductor import is_generated
 from phantora.compute.ops import base_name, is_memory_bound
 from phantora.compute.spec import CONV_OPS, GROUPED_MATMUL_OPS, MATMUL_OPS
 
@@ -49,7 +52,7 @@ def kernel_family(op: str | None, kernel: str = "", collective: bool = False) ->
         return "communication"
     if kernel.startswith(HOST_TRANSFERS) or (op or "").startswith(HOST_TRANSFERS):
         return "memcpy"
-    if kernel.startswith("triton_") or (op or "").startswith("triton_"):
+    if kernel.startswith("triton_") or (op or "").startswith("triton_") or is_generated(op or ""):
         return "triton"
     family = op_family(op) if op else "other"
     if family != "other":

@@ -10,7 +10,11 @@ kernel's launch (their slope) from a graph call's own cost. The rows:
 * ``training chain of D means``: forward and backward graphs (``sum`` and its backward eager);
 * ``training forward of K graphs`` and ``training of K graphs``: K calls of one compiled chain of
   four means, one after the other, so one backward runs K compiled backward nodes (a transformer's
-  compiled blocks): their slope is a backward node's cost, their intercept one backward run's.
+  compiled blocks): their slope is a backward node's cost, their intercept one backward run's;
+* ``inference wide chain of D means of N inputs``: D means, each of the last one plus a weighted
+  sum of the same N graph inputs (a kernel of N + 2 buffers: the N inputs, the last mean, its
+  output). At two N, the slopes over D differ by what N - 1 more buffers cost a launch; the
+  graph's inputs, whose guards and wrappers cost per call, are the same at every D.
 
 ``scripts/measure/measure_host_costs.py --sections compiled`` times these rows on a GPU machine
 (the GPU held busy, as its other rows); run here under the simulator they give the simulated
@@ -31,6 +35,8 @@ import torch
 INFERENCE_DEPTHS = (1, 4, 16, 48)
 TRAINING_DEPTHS = (4, 16, 48)
 GRAPHS = (1, 2, 4, 8)
+WIDE_DEPTHS = (1, 4, 16)
+WIDE_INPUTS = (1, 32)
 ROUNDS = 5
 
 
@@ -39,6 +45,18 @@ def chain(depth: int) -> Callable[[torch.Tensor], torch.Tensor]:
     def means(x: torch.Tensor) -> torch.Tensor:
         for i in range(depth):
             x = x - x.mean(dim=i % 2, keepdim=True)
+        return x
+    return means
+
+
+def wide_chain(depth: int) -> Callable[..., torch.Tensor]:
+    """``depth`` means, each of the last one plus its own weighted sum of all the inputs."""
+    def means(x: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:
+        for i in range(depth):
+            total = x
+            for j, value in enumerate(inputs):
+                total = total + value * float(i + j + 1)
+            x = total.mean(dim=i % 2, keepdim=True)
         return x
     return means
 
@@ -76,6 +94,13 @@ def cases(dev: torch.device) -> Iterator[tuple[str, int, Callable[[], object]]]:
         yield f"training forward of {graphs} graphs", graphs, forward
         yield (f"training of {graphs} graphs", graphs,
                lambda forward=forward: forward().sum().backward())
+    for inputs in WIDE_INPUTS:
+        values = [torch.randn(64, 64, device=dev) for _ in range(inputs)]
+        for depth in WIDE_DEPTHS:
+            torch._dynamo.reset()
+            fn = torch.compile(wide_chain(depth), dynamic=False)
+            yield (f"inference wide chain of {depth} means of {inputs} inputs", depth,
+                   lambda fn=fn, values=values: fn(x, *values))
     torch._dynamo.reset()
 
 

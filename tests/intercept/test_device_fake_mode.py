@@ -209,6 +209,22 @@ with warnings.catch_warnings(record=True) as caught:
     square = torch.randn(16, 16, device="cuda")  # both reductions' sizes alike
     reductions = {"same_dim": kernels_of(lambda: same_dim(square)),
                   "other_dim": kernels_of(lambda: other_dim(square))}
+    # a batch norm's statistics: few channels over a large batch split in two kernels
+    few = torch.ones(64, 64, 56, 56, device="cuda")
+    many = torch.ones(64, 2048, 7, 7, device="cuda")
+    channel_sums = torch.compile(lambda a: a.sum(dim=(0, 2, 3)), dynamic=False)
+    reductions["few_outputs"] = kernels_of(lambda: channel_sums(few))
+    reductions["many_outputs"] = kernels_of(lambda: channel_sums(many))
+    # a graph compiled for dynamic shapes is planned at the sizes it was traced with
+    dynamic_sums = torch.compile(lambda a: a.sum(dim=(0, 2, 3)), dynamic=True)
+    reductions["dynamic"] = kernels_of(lambda: dynamic_sums(few))
+    # a batch norm's backward: both gradient sums in one split reduction, then the input
+    # gradient in a kernel of its own, after them
+    norm = nn.BatchNorm2d(64).cuda()
+    normed = torch.compile(norm)(few.requires_grad_())
+    mark = len(runtime.kernels)
+    normed.backward(torch.ones_like(normed))
+    reductions["bn_backward"] = [k[:3] for k in runtime.kernels[mark:]]
 # a backward through two calls of one compiled graph: two backward nodes, one backward run
 chained = torch.compile(lambda a: (a * 2).sin())
 leaf = torch.ones(8, 16, device="cuda", requires_grad=True)
@@ -475,4 +491,14 @@ def test_compile_launches_fused_kernels(behaviour: dict[str, Any]) -> None:
     assert {"aten::sub", "aten::exp"} <= set(compiled["other"])
     assert len(compiled["reductions"]["same_dim"]) == 1
     assert len(compiled["reductions"]["other_dim"]) == 2
+    assert len(compiled["reductions"]["few_outputs"]) == 2
+    assert len(compiled["reductions"]["many_outputs"]) == 1
+    assert len(compiled["reductions"]["dynamic"]) == 2
+    full = 64 * 64 * 56 * 56 * 4  # bytes of the fp32 activation and of its gradient
+    backward = [k for k in compiled["reductions"]["bn_backward"] if k[0].startswith("inductor::")]
+    assert [k[0] for k in backward if k[2] >= full] == [
+        "inductor::triton_reduction", "inductor::triton_pointwise"]
+    big = [k[2] for k in backward if k[2] >= full]
+    assert abs(big[0] - 2 * full) < full // 100  # reads the gradient and the input, once
+    assert abs(big[1] - 3 * full) < full // 100  # reads both again, writes the input gradient
     assert len(compiled["warnings"]) == 1

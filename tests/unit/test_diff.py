@@ -31,6 +31,7 @@ US = 1000
     ("Memcpy DtoH", "Memcpy DtoH", "memcpy"),
     (None, "Memset", "memcpy"),
     (None, "triton_poi_fused_add_0", "triton"),
+    ("inductor::triton_reduction", "inductor::triton_reduction", "triton"),  # simulated
     ("aten::native_layer_norm", "aten::native_layer_norm", "norm"),
     ("aten::_fused_rms_norm_backward", "", "norm"),
     ("aten::_fused_adamw_", "", "optimizer"),
