@@ -19,7 +19,8 @@ makes of it:
   ``torch.compile`` kernels); this module only plans the graph, which needs torch.
 
 At run time the graph is executed on fake tensors with its own kernels suppressed (outputs,
-saved activations and allocator traffic as usual) and the plan is launched instead. Host cost:
+saved activations and allocator traffic as usual; the values no planned kernel writes take no
+memory, :attr:`GraphPlan.transient`) and the plan is launched instead. Host cost:
 a generated kernel's launch is charged ``compiled_generated_launch`` and the launch loop's Python
 is counted, fitted so that the simulated chains of ``scripts/measure/compiled_chains.py`` take
 what eight real records took per kernel (10-21 us, median 14.1 on the reference host); an extern
@@ -53,6 +54,7 @@ from torch.fx.experimental.symbolic_shapes import optimization_hint
 from intercept.dispatch import fake_mode, op_costs
 from intercept.host_time.host_cost import HostCostTable
 from intercept.process import shim
+from intercept.values.store import VALUED_SMALL_MAX_NUMEL
 from phantora.compute.inductor import generated_kernel, is_generated
 from phantora.compute.ops import base_name
 from phantora.compute.spec import CONV_OPS, GROUPED_MATMUL_OPS, MATMUL_OPS, KernelSpec
@@ -89,6 +91,19 @@ NO_KERNEL_NAMES: frozenset[str] = frozenset({
 })
 
 
+@dataclass(frozen=True)
+class GraphPlan:
+    """What Inductor makes of one ATen graph."""
+
+    kernels: list[KernelSpec]
+    """The kernels it launches, in launch order."""
+    transient: frozenset[str]
+    """Nodes (by name) whose values no kernel writes to memory (computed inside a fused
+    kernel, or recomputed in each kernel that reads them) and that hold no values the
+    simulator keeps: they are derived without device memory, so the graph's peak is
+    Inductor's, not that of its ops run one by one."""
+
+
 class CompiledRuntime(Protocol):
     """What a compiled graph needs of ``intercept.runtime.RankRuntime``."""
 
@@ -117,7 +132,7 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Any, *,
                    cuda_graphs: bool, backward: bool = False) -> Callable[..., Any]:
     plan, new = plan_kernels(gm)
     # identical graphs (a model's repeated blocks) hit Inductor's graph cache: compiled once
-    generated = len({(s.name, s.bytes) for s in plan if is_generated(s.name)})
+    generated = len({(s.name, s.bytes) for s in plan.kernels if is_generated(s.name)})
     return make_boxed_func(CompiledGraph(gm, plan, cuda_graphs,
                                          TRITON_COMPILE_NS * generated if new else 0, backward))
 
@@ -127,7 +142,7 @@ class CompiledGraph:
     """One compiled ATen graph: run on fake tensors, launch the plan instead of its ops."""
 
     gm: torch.fx.GraphModule
-    plan: list[KernelSpec]
+    plan: GraphPlan
     cuda_graphs: bool
     compile_ns: int
     """Code generation still to charge (at the first call)."""
@@ -141,14 +156,14 @@ class CompiledGraph:
         rt = cast(CompiledRuntime, mode.runtime)
         with rt.excluded(), mode.kernels_replaced():
             # the ops of the graph: a real host runs generated code instead of dispatching them
-            out = self.gm(*args)
+            out = _TransientInterpreter(self.gm, self.plan.transient, mode).run(*args)
         device = next((t.device.index or 0 for t in op_costs.flat_tensors(list(args))
                        if t.device.type == "cuda"), 0)
         rt.charge_host(self.compile_ns + self._call_ns(rt))
         self.compile_ns = 0
         stream = shim.library().fakecuda_current_stream(device)
         generated_ns = rt.host_costs.layers_ns["compiled_generated_launch"]
-        for spec in self.plan:
+        for spec in self.plan.kernels:
             launch_ns: int | None = None  # an extern kernel: its eager op's cost
             if self.cuda_graphs:
                 launch_ns = 0
@@ -170,6 +185,23 @@ class CompiledGraph:
         first = run != _last_backward_run
         _last_backward_run = run
         return layers["compiled_backward_call"] + (layers["compiled_backward_run"] if first else 0)
+
+
+class _TransientInterpreter(torch.fx.Interpreter):
+    """Runs a compiled graph's ops on fake tensors, its transient nodes without device memory
+    (``fake_mode``'s ``shapes_only``); every value is dropped after its last use, as the
+    graph's own code does."""
+
+    def __init__(self, gm: torch.fx.GraphModule, transient: frozenset[str], mode: Any) -> None:
+        super().__init__(gm)
+        self.transient = transient
+        self.mode = mode
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        if n.name in self.transient:
+            with self.mode.shapes_only():
+                return super().run_node(n)
+        return super().run_node(n)
 
 
 _last_backward_run: int | None = None
@@ -195,20 +227,20 @@ class _Group:
     stride 1), which decides how Inductor splits it."""
 
 
-_plans: dict[str, list[KernelSpec]] = {}
+_plans: dict[str, GraphPlan] = {}
 """Plans by graph code and input shapes: identical blocks are planned once."""
 
 
-def plan_kernels(gm: torch.fx.GraphModule) -> tuple[list[KernelSpec], bool]:
-    """The kernels Inductor would launch for ``gm`` (an ATen graph whose nodes carry fake
-    values in ``meta["val"]``), in launch order; and whether this graph is new (not planned
-    before in this process)."""
+def plan_kernels(gm: torch.fx.GraphModule) -> tuple[GraphPlan, bool]:
+    """What Inductor would launch for ``gm`` (an ATen graph whose nodes carry fake values in
+    ``meta["val"]``); and whether this graph is new (not planned before in this process)."""
     key = hashlib.sha1((gm.code + repr([_shape(n) for n in gm.graph.nodes
                                         if n.op == "placeholder"])).encode()).hexdigest()
     plan = _plans.get(key)
     if plan is not None:
         return plan, False
-    plan = _plans[key] = _Planner(gm.graph, torch.cuda.get_device_properties()).plan()
+    planner = _Planner(gm.graph, torch.cuda.get_device_properties())
+    plan = _plans[key] = GraphPlan(planner.plan(), planner.transient())
     return plan, True
 
 
@@ -286,6 +318,23 @@ class _Planner:
             raise RuntimeError("phantora: the kernels planned for a compiled graph depend on "
                                "each other in a cycle (a planner bug: please report the graph)")
         return order
+
+    def transient(self) -> frozenset[str]:
+        """The nodes of :attr:`GraphPlan.transient` (call after :meth:`plan`)."""
+        found = set()
+        for node in self.nodes:
+            if self._kind(node) != "fused" or node.target._schema.is_mutable:
+                continue
+            group = set(self.group_of[node].nodes)
+            if not self._inlined(node) and any(user not in group
+                                               for user in self._consumers(node)):
+                continue  # written for other kernels or the graph's output
+            values = op_costs.flat_tensors(node.meta.get("val"))
+            if values and all(value.is_floating_point()
+                              and _hint(value.numel()) > VALUED_SMALL_MAX_NUMEL
+                              for value in values):
+                found.add(node.name)
+        return frozenset(found)
 
     # classification
 

@@ -225,6 +225,14 @@ with warnings.catch_warnings(record=True) as caught:
     mark = len(runtime.kernels)
     normed.backward(torch.ones_like(normed))
     reductions["bn_backward"] = [k[:3] for k in runtime.kernels[mark:]]
+    # a fused kernel's intermediates take no memory: only what it writes
+    chain_of_ops = torch.compile(lambda a: ((a * 2 + 1).exp() * 3).sum(dim=1))
+    chain_of_ops(few)
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    chained_out = chain_of_ops(few)
+    reductions["fused_peak_bytes"] = torch.cuda.max_memory_allocated() - before
+    reductions["fused_out_bytes"] = chained_out.numel() * chained_out.element_size()
 # a backward through two calls of one compiled graph: two backward nodes, one backward run
 chained = torch.compile(lambda a: (a * 2).sin())
 leaf = torch.ones(8, 16, device="cuda", requires_grad=True)
@@ -495,6 +503,8 @@ def test_compile_launches_fused_kernels(behaviour: dict[str, Any]) -> None:
     assert len(compiled["reductions"]["many_outputs"]) == 1
     assert len(compiled["reductions"]["dynamic"]) == 2
     full = 64 * 64 * 56 * 56 * 4  # bytes of the fp32 activation and of its gradient
+    assert compiled["reductions"]["fused_peak_bytes"] < full // 10  # eager: 2 x full
+    assert compiled["reductions"]["fused_peak_bytes"] >= compiled["reductions"]["fused_out_bytes"]
     backward = [k for k in compiled["reductions"]["bn_backward"] if k[0].startswith("inductor::")]
     assert [k[0] for k in backward if k[2] >= full] == [
         "inductor::triton_reduction", "inductor::triton_pointwise"]
