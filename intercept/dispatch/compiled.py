@@ -21,9 +21,12 @@ makes of it:
 At run time the graph is executed on fake tensors with its own kernels suppressed (outputs,
 saved activations and allocator traffic as usual; the values no planned kernel writes take no
 memory, :attr:`GraphPlan.transient`) and the plan is launched instead. Host cost:
-a generated kernel's launch is charged ``compiled_generated_launch`` and the launch loop's Python
-is counted, fitted so that the simulated chains of ``scripts/measure/compiled_chains.py`` take
-what eight real records took per kernel (10-21 us, median 14.1 on the reference host); an extern
+a generated kernel's launch is charged ``compiled_generated_launch`` for one buffer read and one
+written, ``compiled_generated_read`` for each further buffer it reads and
+``compiled_generated_write`` for each further one it writes (:class:`PlannedKernel`), and the
+launch loop's Python is counted, fitted so that the simulated chains of
+``scripts/measure/compiled_chains.py`` take what twelve real records took (a launch 7.8 us on
+the reference host, a further buffer read 0.43 us, one written 4.5 us); an extern
 kernel's launch costs its eager op's.
 Each call of a compiled forward graph costs :data:`GRAPH_CALL_OVERHEAD_NS`, of a backward graph
 the fitted ``compiled_backward_call``, and a backward run that reaches one
@@ -92,10 +95,21 @@ NO_KERNEL_NAMES: frozenset[str] = frozenset({
 
 
 @dataclass(frozen=True)
+class PlannedKernel:
+    """One kernel of a plan: an extern kernel, or a generated one with the buffers it takes."""
+
+    spec: KernelSpec
+    reads: int = 0
+    """Buffers a generated kernel reads (its launch packs each; 0 for an extern kernel)."""
+    writes: int = 0
+    """Buffers a generated kernel writes (Inductor's wrapper allocates each)."""
+
+
+@dataclass(frozen=True)
 class GraphPlan:
     """What Inductor makes of one ATen graph."""
 
-    kernels: list[KernelSpec]
+    kernels: list[PlannedKernel]
     """The kernels it launches, in launch order."""
     transient: frozenset[str]
     """Nodes (by name) whose values no kernel writes to memory (computed inside a fused
@@ -132,7 +146,8 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Any, *,
                    cuda_graphs: bool, backward: bool = False) -> Callable[..., Any]:
     plan, new = plan_kernels(gm)
     # identical graphs (a model's repeated blocks) hit Inductor's graph cache: compiled once
-    generated = len({(s.name, s.bytes) for s in plan.kernels if is_generated(s.name)})
+    generated = len({(k.spec.name, k.spec.bytes) for k in plan.kernels
+                     if is_generated(k.spec.name)})
     return make_boxed_func(CompiledGraph(gm, plan, cuda_graphs,
                                          TRITON_COMPILE_NS * generated if new else 0, backward))
 
@@ -162,14 +177,16 @@ class CompiledGraph:
         rt.charge_host(self.compile_ns + self._call_ns(rt))
         self.compile_ns = 0
         stream = shim.library().fakecuda_current_stream(device)
-        generated_ns = rt.host_costs.layers_ns["compiled_generated_launch"]
-        for spec in self.plan.kernels:
+        layers = rt.host_costs.layers_ns
+        for kernel in self.plan.kernels:
             launch_ns: int | None = None  # an extern kernel: its eager op's cost
             if self.cuda_graphs:
                 launch_ns = 0
-            elif is_generated(spec.name):
-                launch_ns = generated_ns
-            rt.kernel(spec, stream, launch_overhead_ns=launch_ns)
+            elif is_generated(kernel.spec.name):  # fitted on kernels of one read and one write
+                launch_ns = (layers["compiled_generated_launch"]
+                             + layers["compiled_generated_read"] * max(kernel.reads - 1, 0)
+                             + layers["compiled_generated_write"] * max(kernel.writes - 1, 0))
+            rt.kernel(kernel.spec, stream, launch_overhead_ns=launch_ns)
         return out
 
     def _call_ns(self, rt: "CompiledRuntime") -> int:
@@ -263,15 +280,15 @@ class _Planner:
         self.index = {node: i for i, node in enumerate(self.nodes)}
         self.group_of: dict[torch.fx.Node, _Group] = {}
 
-    def plan(self) -> list[KernelSpec]:
+    def plan(self) -> list[PlannedKernel]:
         for node in self.nodes:
             if self._kind(node) == "fused":
                 self._fuse(node)
         self._fuse_siblings()
-        plan: list[KernelSpec] = []
+        plan: list[PlannedKernel] = []
         for unit in self._launch_order():
             if isinstance(unit, torch.fx.Node):
-                plan.append(self._extern_spec(unit))
+                plan.append(PlannedKernel(self._extern_spec(unit)))
             else:
                 plan.extend(self._group_specs(unit))
         return plan
@@ -428,23 +445,26 @@ class _Planner:
     def _fuse_siblings(self) -> None:
         """Join reductions over the same iteration space that read a common buffer and do not
         depend on each other into one kernel, as Inductor's scheduler does (a batch norm's
-        gradient sums read the output gradient once)."""
-        groups = list({id(g): g for g in self.group_of.values() if g.rnumel > 1}.values())
-        merged: set[int] = set()
-        for i, first in enumerate(groups):
-            if id(first) in merged:
-                continue
-            for second in groups[i + 1:]:
-                if id(second) in merged or (first.numel, first.rnumel, first.reduced) != (
-                        second.numel, second.rnumel, second.reduced):
+        gradient sums read the output gradient once). Element-wise siblings are left apart:
+        joined, the compiled Llama's planned kernels fall further below the real count."""
+        buckets: dict[tuple[int, int, tuple[int, ...] | None], list[_Group]] = {}
+        for group in {id(g): g for g in self.group_of.values() if g.rnumel > 1}.values():
+            buckets.setdefault((group.numel, group.rnumel, group.reduced), []).append(group)
+        for groups in buckets.values():
+            reads = {id(g): self._group_reads(g).keys() for g in groups}
+            merged: set[int] = set()
+            for i, first in enumerate(groups):
+                if id(first) in merged:
                     continue
-                if not self._group_reads(first).keys() & self._group_reads(second).keys():
-                    continue
-                if self._path_outside(first, second) or self._path_outside(second, first) \
-                        or self._feeds_loop(first, second) or self._feeds_loop(second, first):
-                    continue
-                self._merge(first, second, (first.numel, first.rnumel))
-                merged.add(id(second))
+                for second in groups[i + 1:]:
+                    if id(second) in merged or not reads[id(first)] & reads[id(second)]:
+                        continue
+                    if self._path_outside(first, second) or self._path_outside(second, first) \
+                            or self._feeds_loop(first, second) or self._feeds_loop(second, first):
+                        continue
+                    self._merge(first, second, (first.numel, first.rnumel))
+                    merged.add(id(second))
+                    reads[id(first)] = self._group_reads(first).keys()
 
     def _feeds_loop(self, source: _Group, target: _Group) -> bool:
         """Whether a result of ``source`` reaches ``target``'s reductions or the element-wise
@@ -537,13 +557,14 @@ class _Planner:
         return op_costs.kernel_spec(func._schema.name, func, tuple(args), dict(kwargs),
                                     node.meta.get("val"))
 
-    def _group_specs(self, group: _Group) -> list[KernelSpec]:
+    def _group_specs(self, group: _Group) -> list[PlannedKernel]:
         """The group's kernel, or its two where Inductor splits its reduction: the first reduces
         each output's elements in ``splits`` parts (and writes what its prologue computes for
         other kernels), the second those partial results."""
         members = set(group.nodes)
         read = self._group_reads(group)
         written = written_inside = reduced = 0  # inside: by the loop over the whole input
+        buffers = buffers_inside = 0
         dtypes: dict[str, int] = {}
         for node in group.nodes:
             values = op_costs.flat_tensors(node.meta.get("val"))
@@ -551,8 +572,10 @@ class _Planner:
                                                for user in self._consumers(node)):
                 size = sum(_hint(op_costs.tensor_bytes(value)) for value in values)
                 written += size
+                buffers += len(values)
                 if sum(_hint(value.numel()) for value in values) > group.numel:
                     written_inside += size
+                    buffers_inside += len(values)
             if base_name(node.target._schema.name) in REDUCTIONS:
                 reduced += sum(_hint(op_costs.tensor_bytes(value)) for value in values)
             for value in values:
@@ -564,12 +587,16 @@ class _Planner:
         dtype = max(dtypes, key=dtypes.__getitem__) if dtypes else ""
         splits = self._split_count(group)
         if splits == 1:
-            return [generated_kernel(nbytes, group.numel, group.rnumel, dtype)]
+            return [PlannedKernel(generated_kernel(nbytes, group.numel, group.rnumel, dtype),
+                                  len(read), buffers)]
         partials = splits * reduced
-        return [generated_kernel(sum(read.values()) + written_inside + partials,
-                                 group.numel * splits, -(-group.rnumel // splits), dtype),
-                generated_kernel(partials + written - written_inside, group.numel, splits,
-                                 dtype)]
+        return [PlannedKernel(generated_kernel(sum(read.values()) + written_inside + partials,
+                                               group.numel * splits,
+                                               -(-group.rnumel // splits), dtype),
+                              len(read), buffers_inside + 1),
+                PlannedKernel(generated_kernel(partials + written - written_inside, group.numel,
+                                               splits, dtype),
+                              1, buffers - buffers_inside)]
 
     @functools.cache  # noqa: B019  (one planner per graph)
     def _reads(self, arg: torch.fx.Node) -> dict[torch.fx.Node, int]:

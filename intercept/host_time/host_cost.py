@@ -139,9 +139,10 @@ class HostCostTable:
     """Extra cost of a cuBLAS product whose shape is new to the process."""
     layers_ns: dict[str, int]
     """What layers above an op cost per op (see the module doc): ``autograd_record``,
-    ``autograd_node``, ``tensor_subclass``; a compiled graph's generated kernel launch, backward
-    node and backward run, ``compiled_generated_launch``, ``compiled_backward_call`` and
-    ``compiled_backward_run`` (``intercept.host_time.compiled_call``)."""
+    ``autograd_node``, ``tensor_subclass``; a compiled graph's generated kernel launch, a further
+    buffer it reads and one it writes, backward node and backward run:
+    ``compiled_generated_launch``, ``compiled_generated_read``, ``compiled_generated_write``,
+    ``compiled_backward_call`` and ``compiled_backward_run`` (``intercept.host_time.compiled_call``)."""
     provenance: dict[str, Any]
 
     def scaled_to(self, reference: str) -> "HostCostTable":
@@ -250,6 +251,8 @@ def load_table(path: Path = TABLE_PATH) -> HostCostTable:
     return replace(table, layers_ns={**table.layers_ns, "autograd_node": fit.autograd_node_ns,
                                      "tensor_subclass": fit.tensor_subclass_ns,
                                      "compiled_generated_launch": compiled.generated_launch_ns,
+                                     "compiled_generated_read": compiled.generated_read_ns,
+                                     "compiled_generated_write": compiled.generated_write_ns,
                                      "compiled_backward_call": compiled.backward_call_ns,
                                      "compiled_backward_run": compiled.backward_run_ns})
 

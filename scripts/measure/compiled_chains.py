@@ -14,7 +14,10 @@ kernel's launch (their slope) from a graph call's own cost. The rows:
 * ``inference wide chain of D means of N inputs``: D means, each of the last one plus a weighted
   sum of the same N graph inputs (a kernel of N + 2 buffers: the N inputs, the last mean, its
   output). At two N, the slopes over D differ by what N - 1 more buffers cost a launch; the
-  graph's inputs, whose guards and wrappers cost per call, are the same at every D.
+  graph's inputs, whose guards and wrappers cost per call, are the same at every D;
+* ``inference output chain of D means of K outputs``: the chain of means, each kernel also
+  writing K - 1 multiples of its result as graph outputs. At two K, the slopes over D differ by
+  what K - 1 more written buffers cost (their allocation, argument and return).
 
 ``scripts/measure/measure_host_costs.py --sections compiled`` times these rows on a GPU machine
 (the GPU held busy, as its other rows); run here under the simulator they give the simulated
@@ -37,6 +40,8 @@ TRAINING_DEPTHS = (4, 16, 48)
 GRAPHS = (1, 2, 4, 8)
 WIDE_DEPTHS = (1, 4, 16)
 WIDE_INPUTS = (1, 32)
+OUTPUT_DEPTHS = (1, 4, 16)
+OUTPUTS = (1, 8)
 ROUNDS = 5
 
 
@@ -58,6 +63,18 @@ def wide_chain(depth: int) -> Callable[..., torch.Tensor]:
                 total = total + value * float(i + j + 1)
             x = total.mean(dim=i % 2, keepdim=True)
         return x
+    return means
+
+
+def output_chain(depth: int, outputs: int) -> Callable[[torch.Tensor], object]:
+    """The chain of ``depth`` means, each step also returning ``outputs - 1`` multiples of its
+    result (written by the step's kernel)."""
+    def means(x: torch.Tensor) -> object:
+        written = []
+        for i in range(depth):
+            x = x - x.mean(dim=i % 2, keepdim=True)
+            written.extend(x * float(j + 2) for j in range(outputs - 1))
+        return x, written
     return means
 
 
@@ -101,6 +118,12 @@ def cases(dev: torch.device) -> Iterator[tuple[str, int, Callable[[], object]]]:
             fn = torch.compile(wide_chain(depth), dynamic=False)
             yield (f"inference wide chain of {depth} means of {inputs} inputs", depth,
                    lambda fn=fn, values=values: fn(x, *values))
+    for outputs in OUTPUTS:
+        for depth in OUTPUT_DEPTHS:
+            torch._dynamo.reset()
+            fn = torch.compile(output_chain(depth, outputs), dynamic=False)
+            yield (f"inference output chain of {depth} means of {outputs} outputs", depth,
+                   lambda fn=fn: fn(x))
     torch._dynamo.reset()
 
 

@@ -7,7 +7,10 @@ the median ratio of its ``aten`` cases to the table's raw record (``anchor_scale
 are simulated here on that reference host (one H100), with the shipped costs. Then, each the
 shipped value plus the median over the records of real less simulated:
 
-* a generated kernel's launch: the inference chains' slope per mean (one kernel each);
+* a generated kernel's launch: the inference chains' slope per mean (one kernel each, of one
+  buffer read and one written);
+* a further buffer read, and one written: the wide and the output chains' slopes per mean at
+  their two widths, their difference per further buffer;
 * a compiled backward node and a backward run: per number K of compiled graphs in one backward,
   the backward's host time (the training row less the training-forward row, whose kernels are
   the same in both) real less simulated, against K: its slope and its intercept.
@@ -44,6 +47,8 @@ BASE = REPO / "scripts" / "measure" / "data" / "host_costs" / "h100x1.json"
 GPU = "h100"
 """The simulated GPU: its reference host is the table's."""
 INFERENCE, FORWARD, TRAINING = "inference chain", "training forward chain", "training chain"
+WIDE, OUTPUT = "inference wide chain", "inference output chain"
+"""Rows ``<kind> of <depth> means of <n> inputs`` (``outputs``): n buffers more read (written)."""
 GRAPHS_FORWARD, GRAPHS_TRAINING = "training forward", "training"
 """The rows of K compiled graphs (``training of 4 graphs``): named ``<kind> of <count> ...``."""
 
@@ -88,6 +93,25 @@ def rows_line(rows: dict[str, float], prefix: str) -> tuple[float, float] | None
     """Slope (us per depth or graph) and intercept of the rows named ``prefix of N ...``."""
     return line([(count(case), us) for case, us in rows.items()
                  if case.split(" of ")[0] == prefix])
+
+
+def width_slopes(rows: dict[str, float], prefix: str) -> dict[int, float]:
+    """Per width (inputs or outputs) of the rows named ``prefix of D means of W ...``: their
+    slope per mean (us)."""
+    widths: dict[int, list[tuple[int, float]]] = {}
+    for case, us in rows.items():
+        if case.split(" of ")[0] == prefix:
+            widths.setdefault(int(case.split(" of ")[2].split()[0]), []).append((count(case), us))
+    return {width: fit[0] for width, points in widths.items() if (fit := line(points))}
+
+
+def per_buffer(rows: dict[str, float], prefix: str) -> float | None:
+    """The slope's change per further buffer between the narrowest and the widest rows (us)."""
+    slopes = width_slopes(rows, prefix)
+    if len(slopes) < 2:
+        return None
+    narrow, wide = min(slopes), max(slopes)
+    return (slopes[wide] - slopes[narrow]) / (wide - narrow)
 
 
 def backward_gaps(real: dict[str, float], simulated: dict[str, float], forward: str,
@@ -137,15 +161,29 @@ def main() -> None:
                 if (fit := line(backward_gaps(rows, simulated, GRAPHS_FORWARD, GRAPHS_TRAINING)))]
     if not launch_gaps or not node_run:
         raise SystemExit("the records lack the inference rows or the rows of K graphs")
+    buffer_gaps = {}
+    for prefix in (WIDE, OUTPUT):
+        simulated_buffer = per_buffer(simulated, prefix)
+        buffer_gaps[prefix] = [real - simulated_buffer for rows in records.values()
+                               if (real := per_buffer(rows, prefix)) is not None]
+        if simulated_buffer is None or not buffer_gaps[prefix]:
+            raise SystemExit(f"the records or the probe lack the {prefix} rows")
     node_gap = statistics.median(n for n, _ in node_run)
     run_gap = statistics.median(r for _, r in node_run)
     fitted = {"generated_launch_ns": shipped.generated_launch_ns
               + statistics.median(launch_gaps) * 1000,
+              "generated_read_ns": shipped.generated_read_ns
+              + statistics.median(buffer_gaps[WIDE]) * 1000,
+              "generated_write_ns": shipped.generated_write_ns
+              + statistics.median(buffer_gaps[OUTPUT]) * 1000,
               "backward_call_ns": shipped.backward_call_ns + node_gap * 1000,
               "backward_run_ns": shipped.backward_run_ns + run_gap * 1000}
     fitted = {key: max(0, round(value)) for key, value in fitted.items()}
     print(f"\ngenerated kernel launch, real less simulated: "
           f"{', '.join(f'{g:.1f}' for g in launch_gaps)} us")
+    for prefix, gaps in buffer_gaps.items():
+        print(f"{prefix}: a further buffer, real less simulated: "
+              f"{', '.join(f'{g:.2f}' for g in gaps)} us")
     print("backward of K graphs, real less simulated, per graph / per run: "
           + ", ".join(f"{n:.0f} / {r:.0f}" for n, r in node_run) + " us")
     chains = [gap for rows in records.values()
@@ -161,6 +199,8 @@ def main() -> None:
                     "provenance": {"records": [str(p.relative_to(REPO) if p.is_absolute() else p)
                                                for p in args.real],
                                    "launch_gaps_us": [round(g, 2) for g in launch_gaps],
+                                   "read_gaps_us": [round(g, 3) for g in buffer_gaps[WIDE]],
+                                   "write_gaps_us": [round(g, 3) for g in buffer_gaps[OUTPUT]],
                                    "backward_gaps_us_per_graph_and_run": [
                                        [round(n, 1), round(r, 1)] for n, r in node_run],
                                    "fitted_by": "scripts/measure/fit_compiled_host.py",

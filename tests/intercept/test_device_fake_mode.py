@@ -225,6 +225,17 @@ with warnings.catch_warnings(record=True) as caught:
     mark = len(runtime.kernels)
     normed.backward(torch.ones_like(normed))
     reductions["bn_backward"] = [k[:3] for k in runtime.kernels[mark:]]
+    # a generated kernel's launch is charged by the buffers it reads and writes
+    from intercept.dispatch import compiled as compiled_module
+    planned = len(compiled_module._plans)
+    torch.compile(lambda a, b, c: a + b + c, dynamic=False)(x, x * 2, x * 3)
+    def sine_and_cosine(a):
+        sine = a.sin()
+        return sine, sine.cos()
+    torch.compile(sine_and_cosine, dynamic=False)(x)
+    reductions["buffers"] = [[[k.reads, k.writes] for k in plan.kernels
+                              if k.spec.name.startswith("inductor::")]
+                             for plan in list(compiled_module._plans.values())[planned:]]
     # a fused kernel's intermediates take no memory: only what it writes
     chain_of_ops = torch.compile(lambda a: ((a * 2 + 1).exp() * 3).sum(dim=1))
     chain_of_ops(few)
@@ -502,6 +513,7 @@ def test_compile_launches_fused_kernels(behaviour: dict[str, Any]) -> None:
     assert len(compiled["reductions"]["few_outputs"]) == 2
     assert len(compiled["reductions"]["many_outputs"]) == 1
     assert len(compiled["reductions"]["dynamic"]) == 2
+    assert compiled["reductions"]["buffers"] == [[[3, 1]], [[1, 2]]]
     full = 64 * 64 * 56 * 56 * 4  # bytes of the fp32 activation and of its gradient
     assert compiled["reductions"]["fused_peak_bytes"] < full // 10  # eager: 2 x full
     assert compiled["reductions"]["fused_peak_bytes"] >= compiled["reductions"]["fused_out_bytes"]

@@ -122,12 +122,14 @@ def test_the_layers_above_an_op_are_charged_from_the_table_and_the_fit() -> None
     table = load_table()
     compiled = load_compiled_call()
     assert set(table.layers_ns) == {"autograd_record", "autograd_node", "tensor_subclass",
-                                    "compiled_generated_launch", "compiled_backward_call",
+                                    "compiled_generated_launch", "compiled_generated_read",
+                                    "compiled_generated_write", "compiled_backward_call",
                                     "compiled_backward_run"}
     assert 0 < table.layers_ns["autograd_record"] < table.layers_ns["autograd_node"]
     assert table.layers_ns["tensor_subclass"] == load_fit().tensor_subclass_ns
     assert table.layers_ns["autograd_node"] == load_fit().autograd_node_ns
     assert table.layers_ns["compiled_generated_launch"] == compiled.generated_launch_ns
+    assert table.layers_ns["compiled_generated_write"] == compiled.generated_write_ns
     assert table.layers_ns["compiled_backward_call"] == compiled.backward_call_ns
     assert table.layers_ns["compiled_backward_run"] == compiled.backward_run_ns
     h200 = table.scaled_to("h200-host")  # scaled with the table's other costs
