@@ -24,6 +24,18 @@ MEASURED_DTYPES = ("bf16", "fp32")
 """The dtypes the Triton rows were measured in; a kernel of another is costed as bf16."""
 
 
+GENERATED_PREFIXES: dict[str, str] = {"triton_poi": POINTWISE, "triton_per": PERSISTENT_REDUCTION,
+                                      "triton_red": REDUCTION}
+"""How Inductor names its real kernels (``triton_poi_fused_add_0``), by the kind they are."""
+
+
+def generated_name(kernel: str) -> str | None:
+    """The simulated name (``inductor::<kind>``) of a real Inductor kernel named ``kernel``; None
+    for any other kernel."""
+    kind = GENERATED_PREFIXES.get(kernel[:10])
+    return f"{NAMESPACE}::{kind}" if kind else None
+
+
 def is_generated(name: str) -> bool:
     """Whether a launch named ``name`` is a generated kernel (any kind)."""
     return name.startswith(f"{NAMESPACE}::")

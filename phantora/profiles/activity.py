@@ -13,6 +13,7 @@ an op where PyTorch dispatches it (``aten::_to_copy``), a trace also the ops ins
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from phantora.compute.inductor import generated_name
 from phantora.compute.ops import base_name
 from phantora.profiles.families import kernel_family
 from phantora.profiles.kineto import KernelEvent, OpCall, RankTrace
@@ -103,6 +104,7 @@ def _real(kernel: KernelEvent, known_ops: Collection[str]) -> Activity:
     family = kernel_family(op, kernel.name)
     flops = matmul_flops(kernel.op) if kernel.op and op == innermost else None
     gemm = (op, flops) if op and flops else None
-    bucket = (gemm_bucket(gemm) if gemm else op_bucket(op) if op
+    generated = generated_name(kernel.name)  # Inductor's kernels: bucketed as the simulator's
+    bucket = (generated or gemm_bucket(gemm) if generated or gemm else op_bucket(op) if op
               else kernel.name.split("(", 1)[0].split("<", 1)[0][:60])
     return Activity(family, bucket, kernel.start_ns, end, kernel.launch_ns, gemm=gemm)

@@ -262,3 +262,17 @@ def test_an_even_all_to_allv_is_named_all_to_all_as_the_real_trace_names_it() ->
     assert _kind({"kind": "all_to_allv", "splits": [8, 8, 8, 8]}) == "all_to_all"
     assert _kind({"kind": "all_to_allv", "splits": [8, 16, 8, 8]}) == "all_to_allv"
     assert _kind({"kind": "all_to_all", "splits": None}) == "all_to_all"
+
+
+@pytest.mark.parametrize(("kernel", "bucket"), [
+    ("triton_poi_fused_add_relu_16", "inductor::triton_pointwise"),
+    ("triton_per_fused__to_copy_native_layer_norm_3", "inductor::triton_persistent_reduction"),
+    ("triton_red_fused_sum_1", "inductor::triton_reduction"),
+    ("void at::native::vectorized_elementwise_kernel", None),
+])
+def test_real_inductor_kernels_share_the_simulated_buckets(kernel: str, bucket: str | None) -> None:
+    """A real trace names each generated kernel; the simulator names its kind: diff compares
+    them by kind."""
+    from phantora.compute.inductor import generated_name
+
+    assert generated_name(kernel) == bucket
