@@ -303,11 +303,11 @@ class _Planner:
                 unit_of[node] = node
             elif kind == "fused":
                 unit_of[node] = self.group_of[node]
-        units = list({id(u): u for u in unit_of.values()}.values())
-        first = {id(u): min(self.index[n] for n in (u.nodes if isinstance(u, _Group) else [u]))
-                 for u in units}
-        waits_on: dict[int, set[int]] = {id(u): set() for u in units}
-        feeds: dict[int, list[int]] = {id(u): [] for u in units}
+        units = {id(u): u for u in unit_of.values()}
+        first = {key: min(self.index[n] for n in (u.nodes if isinstance(u, _Group) else [u]))
+                 for key, u in units.items()}
+        waits_on: dict[int, set[int]] = {key: set() for key in units}
+        feeds: dict[int, list[int]] = {key: [] for key in units}
         inputs_of: dict[torch.fx.Node, set[int]] = {}  # the units a node's value depends on
         for node in self.nodes:
             found: set[int] = set()
@@ -320,13 +320,12 @@ class _Planner:
             for other in found - {id(unit)} - waits_on[id(unit)]:
                 waits_on[id(unit)].add(other)
                 feeds[other].append(id(unit))
-        by_id = {id(u): u for u in units}
         ready = [(first[key], key) for key, deps in waits_on.items() if not deps]
         heapq.heapify(ready)
         order: list[torch.fx.Node | _Group] = []
         while ready:
             _, key = heapq.heappop(ready)
-            order.append(by_id[key])
+            order.append(units[key])
             for user in feeds[key]:
                 waits_on[user].discard(key)
                 if not waits_on[user]:
@@ -342,10 +341,8 @@ class _Planner:
         for node in self.nodes:
             if self._kind(node) != "fused" or node.target._schema.is_mutable:
                 continue
-            group = set(self.group_of[node].nodes)
-            if not self._inlined(node) and any(user not in group
-                                               for user in self._consumers(node)):
-                continue  # written for other kernels or the graph's output
+            if self._written(node, set(self.group_of[node].nodes)):
+                continue
             values = op_costs.flat_tensors(node.meta.get("val"))
             if values and all(value.is_floating_point()
                               and _hint(value.numel()) > VALUED_SMALL_MAX_NUMEL
@@ -568,8 +565,7 @@ class _Planner:
         dtypes: dict[str, int] = {}
         for node in group.nodes:
             values = op_costs.flat_tensors(node.meta.get("val"))
-            if not self._inlined(node) and any(user not in members
-                                               for user in self._consumers(node)):
+            if self._written(node, members):
                 size = sum(_hint(op_costs.tensor_bytes(value)) for value in values)
                 written += size
                 buffers += len(values)
@@ -597,6 +593,12 @@ class _Planner:
                 PlannedKernel(generated_kernel(partials + written - written_inside, group.numel,
                                                splits, dtype),
                               1, buffers - buffers_inside)]
+
+    def _written(self, node: torch.fx.Node, members: set[torch.fx.Node]) -> bool:
+        """Whether the kernel of ``members`` (``node``'s group) writes ``node``'s value to memory:
+        another kernel or the graph's output reads it, and it is not recomputed there."""
+        return not self._inlined(node) and any(user not in members
+                                               for user in self._consumers(node))
 
     @functools.cache  # noqa: B019  (one planner per graph)
     def _reads(self, arg: torch.fx.Node) -> dict[torch.fx.Node, int]:

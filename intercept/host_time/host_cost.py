@@ -142,7 +142,8 @@ class HostCostTable:
     ``autograd_node``, ``tensor_subclass``; a compiled graph's generated kernel launch, a further
     buffer it reads and one it writes, backward node and backward run:
     ``compiled_generated_launch``, ``compiled_generated_read``, ``compiled_generated_write``,
-    ``compiled_backward_call`` and ``compiled_backward_run`` (``intercept.host_time.compiled_call``)."""
+    ``compiled_backward_call`` and ``compiled_backward_run``
+    (``intercept.host_time.compiled_call``)."""
     provenance: dict[str, Any]
 
     def scaled_to(self, reference: str) -> "HostCostTable":

@@ -105,6 +105,12 @@ def _real(kernel: KernelEvent, known_ops: Collection[str]) -> Activity:
     flops = matmul_flops(kernel.op) if kernel.op and op == innermost else None
     gemm = (op, flops) if op and flops else None
     generated = generated_name(kernel.name)  # Inductor's kernels: bucketed as the simulator's
-    bucket = (generated or gemm_bucket(gemm) if generated or gemm else op_bucket(op) if op
-              else kernel.name.split("(", 1)[0].split("<", 1)[0][:60])
+    if generated:
+        bucket = generated
+    elif gemm:
+        bucket = gemm_bucket(gemm)
+    elif op:
+        bucket = op_bucket(op)
+    else:
+        bucket = kernel.name.split("(", 1)[0].split("<", 1)[0][:60]
     return Activity(family, bucket, kernel.start_ns, end, kernel.launch_ns, gemm=gemm)

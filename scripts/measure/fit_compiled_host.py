@@ -164,10 +164,12 @@ def main() -> None:
     buffer_gaps = {}
     for prefix in (WIDE, OUTPUT):
         simulated_buffer = per_buffer(simulated, prefix)
+        if simulated_buffer is None:
+            raise SystemExit(f"the probe lacks the {prefix} rows")
         buffer_gaps[prefix] = [real - simulated_buffer for rows in records.values()
                                if (real := per_buffer(rows, prefix)) is not None]
-        if simulated_buffer is None or not buffer_gaps[prefix]:
-            raise SystemExit(f"the records or the probe lack the {prefix} rows")
+        if not buffer_gaps[prefix]:
+            raise SystemExit(f"the records lack the {prefix} rows")
     node_gap = statistics.median(n for n, _ in node_run)
     run_gap = statistics.median(r for _, r in node_run)
     fitted = {"generated_launch_ns": shipped.generated_launch_ns
