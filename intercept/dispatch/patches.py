@@ -25,6 +25,7 @@ import contextlib
 import functools
 import importlib
 import sys
+import threading
 import warnings
 import weakref
 from collections.abc import Callable, Sequence
@@ -541,6 +542,45 @@ def swap_tensors_forgetting_memo(original: Callable[..., None]) -> Callable[...,
     return swap_tensors
 
 
+def module_apply_keeping_parameters(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``Module.to('cuda')``, ``.bfloat16()``: on a GPU, ``_apply`` converts each parameter in
+    place (``param.data = ...``), so the object, its attributes and weight ties survive. A fake
+    parameter, or a real one turning fake, cannot take that path: ``_apply`` swaps the fake one
+    with a new ``Parameter`` (``__dict__`` included) or puts a new object in the real one's place.
+    Frameworks would lose what they set on their parameters (Megatron's
+    ``tensor_model_parallel``, ``sequence_parallel``, ``shared``: its grad norm and gradient
+    all-reduces depend on them). The outermost call puts each parameter's attributes back on
+    the object that holds it afterwards (the converted tensor's own keep theirs), and a
+    parameter two modules share stays one object."""
+    state = threading.local()
+
+    @functools.wraps(original)
+    def _apply(self: torch.nn.Module, fn: Callable[..., Any], recurse: bool = True) -> Any:
+        if getattr(state, "active", False):
+            return original(self, fn, recurse)
+        members = [(module, key, param, dict(vars(param)))
+                   for module in (self.modules() if recurse else (self,))
+                   for key, param in module._parameters.items() if param is not None]
+        state.active = True
+        try:
+            result = original(self, fn, recurse)
+        finally:
+            state.active = False
+        moved: dict[int, torch.Tensor] = {}
+        for module, key, old, attributes in members:
+            now = module._parameters.get(key)
+            if now is None:
+                continue
+            first = moved.setdefault(id(old), now)
+            if first is not now:
+                module._parameters[key] = first
+            for name, value in attributes.items():
+                vars(first).setdefault(name, value)
+        return result
+
+    return _apply
+
+
 def _finalizes(finalizer: weakref.finalize, *objects: object) -> bool:
     """Whether ``finalizer`` is alive and watches one of ``objects`` (by identity)."""
     watched = finalizer.peek()
@@ -806,6 +846,8 @@ PATCHES: tuple[Patch | Wrap | Register, ...] = (
           "would return uninitialised memory"),
     Patch("torch._subclasses.fake_tensor.FakeTensor.__reduce_ex__", host_reads.fake_reduce_ex,
           "torch.save fails pickling the fake mode; writes meta placeholders instead"),
+    Wrap("torch.nn.Module._apply", module_apply_keeping_parameters,
+         "Module.to('cuda') of CPU parameters makes new ones, without their attributes"),
     Wrap("torch.utils.swap_tensors", swap_tensors_forgetting_memo,
          "Module.to('cuda'): 'Cannot swap t1 because it has weakref associated with it'"),
     Wrap("torch.nn.init._no_grad_trunc_normal_", trunc_normal_without_rejection,

@@ -274,6 +274,23 @@ result["gone"] = sorted(gone)
 """
 
 
+PARAMETER_ATTRIBUTES = """
+import torch.nn as nn
+def tagged(module, tag):
+    for param in module.parameters():
+        param.tensor_model_parallel = tag  # as Megatron marks its sharded weights
+    return module
+moved = tagged(nn.Linear(8, 8), "cpu").to("cuda")
+cast = tagged(nn.Linear(8, 8, device="cuda"), "gpu").bfloat16()
+first, second = nn.Linear(8, 8), nn.Linear(8, 8)
+second.weight = first.weight
+tied = nn.Sequential(first, second).cuda()
+result["moved"] = [[str(p.device), p.tensor_model_parallel] for p in moved.parameters()]
+result["cast"] = [[str(p.dtype), p.tensor_model_parallel] for p in cast.parameters()]
+result["tied"] = [tied[0].weight is tied[1].weight, len(list(tied.parameters()))]
+"""
+
+
 TRUNC_NORMAL = """
 import torch.nn as nn
 mark = len(runtime.kernels)
@@ -454,6 +471,16 @@ def test_parameters_with_finalizers_move_to_the_gpu() -> None:
     framework's ``weakref.finalize`` on a parameter must neither block the move nor be lost."""
     result = run_snippet(FINALIZED_PARAMETERS)["result"]
     assert result == {"device": "cuda:0", "gone_while_alive": [], "gone": ["bias", "weight"]}
+
+
+def test_parameters_keep_their_attributes_and_ties_when_moved_or_cast() -> None:
+    """On a GPU ``Module.to`` converts parameters in place: what a framework set on them
+    (Megatron's ``tensor_model_parallel``) and weights two modules share survive the move and
+    a cast, as they must in the simulator."""
+    result = run_snippet(PARAMETER_ATTRIBUTES)["result"]
+    assert result["moved"] == [["cuda:0", "cpu"]] * 2
+    assert result["cast"] == [["torch.bfloat16", "gpu"]] * 2
+    assert result["tied"] == [True, 3]
 
 
 def test_trunc_normal_of_unknown_values_ends() -> None:
