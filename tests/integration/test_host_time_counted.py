@@ -42,3 +42,35 @@ def test_a_host_bound_step_is_the_same_on_an_idle_and_a_busy_machine(
     # of the table's part: no DTensor here, and the autograd engine's nodes every step
     assert all(dtensor == 0 and 0 < nodes < table for _, table, _, dtensor, nodes in steps)
     assert busy["ranks"][0]["host_time"] == host_time
+
+
+READ_TIME = """
+import time
+import torch
+x = torch.ones(8, device="cuda")
+start = time.perf_counter()
+for _ in range(1000):
+    time.perf_counter()
+looped = time.perf_counter()
+for _ in range(1000):
+    pass
+print(f"reads {looped - start:.9f} loop {time.perf_counter() - looped:.9f}")
+"""
+
+
+def test_reading_the_clock_costs_about_a_call(
+        tmp_path: Path, run_cli: Callable[[list[str]], None]) -> None:
+    """A real host reads ``time.perf_counter`` in one C call; the virtual clock's own Python
+    must not be charged as the script's (it was 8.5 us a reading)."""
+    script = tmp_path / "read_time.py"
+    script.write_text(READ_TIME)
+    spec = {"name": "read-time", "cluster": {"gpu": "h100", "hosts": 1, "gpus_per_host": 1},
+            "workload": {"script": str(script)}}
+    path = tmp_path / "read_time.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    run_cli([str(path), "--out", str(tmp_path / "out")])
+    line = next(line for line in (tmp_path / "out" / "ranks" / "rank0.log").read_text()
+                .splitlines() if line.startswith("reads "))
+    reads_s, loop_s = float(line.split()[1]), float(line.split()[3])
+    per_read_us = (reads_s - loop_s) / 1000 * 1e6
+    assert 0 < per_read_us < 2.0

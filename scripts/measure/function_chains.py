@@ -1,0 +1,109 @@
+"""The custom ``autograd.Function`` probe: what one ``Function.apply`` costs the host beyond the
+ops its ``forward`` runs, as one script that runs on a GPU machine and under the simulator alike.
+
+Megatron-core wraps every tensor-parallel linear layer and every sequence-parallel gather and
+scatter in a ``torch.autograd.Function``; the simulator counts the Python of ``apply`` and of
+``forward`` and charges their ops, but not ``apply``'s C++ (``THPFunction_apply``: the node, its
+context object, the outputs wrapped into the graph). Rows, each a chain of ``DEPTH`` steps on a
+tensor that requires grad, us per step:
+
+* ``ops``: ``y = y * 1.0001`` (one op, recorded for backward);
+* ``function``: ``y = Scale.apply(y)``, whose ``forward`` runs the same op;
+* ``function saving``: the same ``forward`` also saving its input (``ctx.save_for_backward``);
+* ``... forward+backward``: the chain, then its backward (the engine running a Python node per
+  step in place of a C++ one).
+
+The difference between a ``function`` row and the ``ops`` row, real against simulated, is what
+the simulator leaves out per ``apply`` (and per Python backward node). Each row: the median of
+``ROUNDS`` rounds (the kernels are small: the GPU keeps up with the host).
+
+  python3 scripts/measure/function_chains.py --json OUT.json    # on a GPU machine
+  phantora-ns3 SCENARIO   # a scenario whose script is this one, args: --json OUT.json
+"""
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+DEPTH = 50
+ROUNDS = 7
+CALLS = 20
+
+
+class Scale(torch.autograd.Function):
+    """``x * 1.0001`` as a custom Function, its backward the same scale."""
+
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, x: torch.Tensor) -> torch.Tensor:
+        return x * 1.0001
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor) -> torch.Tensor:
+        return grad * 1.0001
+
+
+class SavingScale(torch.autograd.Function):
+    """:class:`Scale` that also saves its input for backward, as Megatron's linear layers do."""
+
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, x: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x)
+        return x * 1.0001
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor) -> torch.Tensor:
+        return grad * 1.0001
+
+
+def chain(step: Callable[[torch.Tensor], torch.Tensor], x0: torch.Tensor) -> torch.Tensor:
+    y = x0
+    for _ in range(DEPTH):
+        y = step(y)
+    return y
+
+
+def timed(op: Callable[[], object]) -> float:
+    """us per chain step: the median over rounds of ``CALLS`` back-to-back calls."""
+    for _ in range(3):
+        op()
+    torch.cuda.synchronize()
+    rounds = []
+    for _ in range(ROUNDS):
+        start = time.perf_counter()
+        for _ in range(CALLS):
+            op()
+        rounds.append((time.perf_counter() - start) / CALLS / DEPTH * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(rounds)
+
+
+def rows() -> list[dict[str, object]]:
+    x0 = torch.randn(256, 256, device="cuda", requires_grad=True)
+    steps: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+        "ops": lambda y: y * 1.0001, "function": Scale.apply, "function saving": SavingScale.apply}
+    out = []
+    for name, step in steps.items():
+        out.append({"case": name, "us": round(timed(lambda s=step: chain(s, x0)), 3)})
+        out.append({"case": f"{name} forward+backward",
+                    "us": round(timed(lambda s=step: chain(s, x0).sum().backward()), 3)})
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", required=True, help="where to write the rows")
+    args = parser.parse_args()
+    found = rows()
+    with open(args.json, "w") as f:
+        json.dump({"depth": DEPTH, "rounds": ROUNDS, "torch": torch.__version__, "rows": found}, f,
+                  indent=1)
+    for row in found:
+        print(f"{row['case']:32s} {row['us']:8.2f} us per step")
+
+
+if __name__ == "__main__":
+    main()
