@@ -6,8 +6,9 @@ of an eager op's, for a kernel that reads one buffer and writes one) costs the s
 graph and a backward one (the rows of ``scripts/measure/compiled_chains.py`` have one slope per
 kernel); each further buffer it reads costs ``generated_read_ns`` (an argument to pack), each
 further one it writes ``generated_write_ns`` (an argument, and the wrapper's allocation of it).
-A compiled training graph runs its backward as one AOTAutograd node, and a backward costs the real host more than the simulator
-charges for its counted Python and its launches, whatever the graphs' length: per backward node
+A compiled training graph runs its backward as one AOTAutograd node, and a backward costs the
+real host more than the simulator charges for its counted Python and its launches, whatever the
+graphs' length: per backward node
 (``backward_call_ns``, in place of a forward call's assumed cost) and once per backward run that
 reaches one (``backward_run_ns``: K compiled nodes in one run cost one run cost and K node
 costs). ``scripts/measure/fit_compiled_host.py`` fits the five on the probe (the real rows of

@@ -19,6 +19,7 @@ to look, not yet a host cost.
 """
 
 import argparse
+import bisect
 import json
 import statistics
 import sys
@@ -27,6 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
 
+from phantora.record.graph import load_recording  # noqa: E402
 from scripts.measure.time_host_calls import SYNC_PREFIX, host_work_segments  # noqa: E402
 
 SKIPPED_SIMULATED_STEPS = 2
@@ -49,28 +51,29 @@ def real_windows(record: dict[str, Any]) -> tuple[list[str], list[list[float]]]:
 
 def simulated_windows(run_dir: Path, rank: int) -> tuple[list[str], list[list[float]]]:
     """The same for a simulated rank: its collective kinds and, per steady optimizer step, the
-    host gaps summed between two collectives (us)."""
-    meta = json.loads((run_dir / "graph" / "meta.json").read_text())
-    bounds = meta["optimizer_steps_ns"][rank]
-    records = [json.loads(line)
-               for line in (run_dir / "graph" / f"rank{rank}.jsonl").read_text().splitlines()]
-    kinds: list[str] = []
-    steps = []
-    for low, high in zip(bounds[SKIPPED_SIMULATED_STEPS:], bounds[SKIPPED_SIMULATED_STEPS + 1:]):
-        windows, gap, started = [], 0.0, False
-        step_kinds = []
-        for record in records:
-            if not low <= record["t_ns"] < high:
-                continue
-            gap += record["cpu_ns"] / 1e3
-            if record["op"] == "collective":
-                if started:
-                    windows.append(gap)
-                started, gap = True, 0.0
-                step_kinds.append(record["kind"])
-        kinds = kinds or step_kinds
-        steps.append(windows)
-    return kinds, steps
+    host gaps summed between two collectives (us). One pass over the rank's records (in program
+    order, so each step's are contiguous)."""
+    recording = load_recording(run_dir)
+    records = recording.ranks[rank]
+    if not records:
+        raise SystemExit(f"rank {rank} of {run_dir} was mirrored, not run live: pick a live rank")
+    bounds = recording.meta["optimizer_steps_ns"][rank][SKIPPED_SIMULATED_STEPS:]
+    steps: list[list[float]] = [[] for _ in bounds[1:]]
+    step_kinds: list[list[str]] = [[] for _ in bounds[1:]]
+    current, gap = -1, 0.0
+    for record in records:
+        step = bisect.bisect_right(bounds, record["t_ns"]) - 1
+        if not 0 <= step < len(steps):
+            continue
+        if step != current:
+            current, gap = step, 0.0
+        gap += record["cpu_ns"] / 1e3
+        if record["op"] == "collective":
+            if step_kinds[step]:
+                steps[step].append(gap)
+            gap = 0.0
+            step_kinds[step].append(record["kind"])
+    return next((kinds for kinds in step_kinds if kinds), []), steps
 
 
 def medians(steps: list[list[float]]) -> list[float]:

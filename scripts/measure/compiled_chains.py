@@ -127,13 +127,15 @@ def cases(dev: torch.device) -> Iterator[tuple[str, int, Callable[[], object]]]:
     torch._dynamo.reset()
 
 
-def time_call(op: Callable[[], object], calls: int) -> float:
-    """Host us per call: the median of :data:`ROUNDS` rounds of ``calls`` back-to-back calls."""
-    for _ in range(5):
+def time_call(op: Callable[[], object], calls: int, rounds: int = ROUNDS,
+              warmups: int = 5) -> float:
+    """Host us per call: the median of ``rounds`` rounds of ``calls`` back-to-back calls, after
+    ``warmups`` calls."""
+    for _ in range(warmups):
         op()
     torch.cuda.synchronize()
     per_round = []
-    for _ in range(ROUNDS):
+    for _ in range(rounds):
         start = time.perf_counter()
         for _ in range(calls):
             op()

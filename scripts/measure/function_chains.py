@@ -23,11 +23,14 @@ the simulator leaves out per ``apply`` (and per Python backward node). Each row:
 
 import argparse
 import json
-import statistics
-import time
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
+from scripts.measure.compiled_chains import time_call  # noqa: E402
 
 DEPTH = 50
 ROUNDS = 7
@@ -67,18 +70,8 @@ def chain(step: Callable[[torch.Tensor], torch.Tensor], x0: torch.Tensor) -> tor
 
 
 def timed(op: Callable[[], object]) -> float:
-    """us per chain step: the median over rounds of ``CALLS`` back-to-back calls."""
-    for _ in range(3):
-        op()
-    torch.cuda.synchronize()
-    rounds = []
-    for _ in range(ROUNDS):
-        start = time.perf_counter()
-        for _ in range(CALLS):
-            op()
-        rounds.append((time.perf_counter() - start) / CALLS / DEPTH * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(rounds)
+    """us per chain step: :func:`compiled_chains.time_call` per chain, over its depth."""
+    return time_call(op, CALLS, rounds=ROUNDS, warmups=3) / DEPTH
 
 
 def rows() -> list[dict[str, object]]:

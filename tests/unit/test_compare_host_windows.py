@@ -3,6 +3,7 @@
 import json
 from pathlib import Path
 
+from phantora.record.graph import FORMAT, VERSION
 from scripts.measure import compare_host_windows as windows
 
 
@@ -19,7 +20,8 @@ def test_real_windows_take_the_calls_in_and_the_timed_waits_out() -> None:
 def test_simulated_windows_sum_host_gaps_between_collectives(tmp_path: Path) -> None:
     (tmp_path / "graph").mkdir()
     bounds = [0, 1000, 2000, 3000, 4000]
-    (tmp_path / "graph" / "meta.json").write_text(json.dumps({"optimizer_steps_ns": [bounds]}))
+    (tmp_path / "graph" / "meta.json").write_text(json.dumps(
+        {"format": FORMAT, "version": VERSION, "world_size": 1, "optimizer_steps_ns": [bounds]}))
     records = []
     for start in bounds[:-1]:
         records += [{"op": "collective", "t_ns": start + 100, "cpu_ns": 50, "kind": "all_gather"},

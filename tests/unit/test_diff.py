@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from phantora.cli import main
+from phantora.compute.inductor import generated_name
 from phantora.diff.compare import compare, measure_step
 from phantora.diff.simulated import read_run
 from phantora.errors import ProfileError
@@ -273,6 +274,4 @@ def test_an_even_all_to_allv_is_named_all_to_all_as_the_real_trace_names_it() ->
 def test_real_inductor_kernels_share_the_simulated_buckets(kernel: str, bucket: str | None) -> None:
     """A real trace names each generated kernel; the simulator names its kind: diff compares
     them by kind."""
-    from phantora.compute.inductor import generated_name
-
     assert generated_name(kernel) == bucket
