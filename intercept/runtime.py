@@ -72,10 +72,13 @@ class RankRuntime:
         self._counted_work = counted_work
         self._autograd_node = threading.local()
         """Per thread, the backward node whose ops it issued last (counted mode)."""
-        self._steps: list[tuple[int, int, int, int, int]] = []
-        self._step_mark = (0, 0, 0, 0)
+        self._steps: list[tuple[int, int, int, int, int, int, int]] = []
+        self._step_mark = (0, 0, 0, 0, 0, 0)
         self._subclass_ns = 0
         """Table-charged ns of tensor-subclass dispatches so far (counted mode)."""
+        self._ops_ns = 0
+        """Table-charged ns of intercepted ops' own rows and families so far (not cuBLAS's
+        heuristic, a compiled launcher's cost, the layers above an op)."""
         self._node_ns = 0
         """Table-charged ns of the autograd engine's nodes so far (counted mode)."""
         self._events = itertools.count(1)
@@ -125,6 +128,7 @@ class RankRuntime:
             name = spec.name.removeprefix("aten::")
             if launch_overhead_ns is None:
                 host_ns = self.host_costs.op_ns(host_key or name, launches=True, tensors=tensors)
+                self._ops_ns += host_ns
                 if name in CUBLAS_GEMMS and len(spec.dims) == 4:
                     host_ns += self._gemm_shapes.first_seen_ns(
                         (name, spec.dtype, spec.variant, *spec.dims))
@@ -143,7 +147,9 @@ class RankRuntime:
         """An intercepted op that launches nothing (a view, an allocation): its host cost."""
         with self.clock.excluded():
             name = name.removeprefix("aten::")
-            self._host(name, self.host_costs.op_ns(name, launches=False))
+            host_ns = self.host_costs.op_ns(name, launches=False)
+            self._ops_ns += host_ns
+            self._host(name, host_ns)
 
     @property
     def counts_work(self) -> bool:
@@ -181,12 +187,16 @@ class RankRuntime:
         """An optimizer step ended: remember its host time split (``summary.json``)."""
         with self.clock.excluded():
             split = self.clock.host_split()
-            table0, residual0, subclass0, node0 = self._step_mark
-            self._steps.append((self.clock.now_ns(), split.table_ns - table0,
-                                split.residual_ns - residual0, self._subclass_ns - subclass0,
-                                self._node_ns - node0))
-            self._step_mark = (split.table_ns, split.residual_ns, self._subclass_ns,
-                               self._node_ns)
+            mark = (split.table_ns, split.residual_ns, self._subclass_ns, self._node_ns,
+                    self._ops_ns, self._cold_python_ns())
+            self._steps.append((self.clock.now_ns(),
+                                *(now - then for now, then in zip(mark, self._step_mark))))
+            self._step_mark = mark
+
+    def _cold_python_ns(self) -> int:
+        """Of the counted Python so far, what was charged at the cold weights (0 unless
+        counted mode)."""
+        return 0 if self._counted_work is None else self._counted_work.cold_ns()
 
     def new_event(self) -> int:
         """A fresh event id of this rank."""

@@ -28,10 +28,12 @@ class HostTimeSplit:
     lockstep_wait_ns: int = 0
     """Not host work: the expected waits for the slowest host of each collective's group
     (``intercept.host_time.host_spread``), charged at the rank's collective calls."""
-    steps: tuple[tuple[int, int, int, int, int], ...] = ()
+    steps: tuple[tuple[int, int, int, int, int, int, int], ...] = ()
     """Per optimizer step (``torch.optim`` step hooks): ``(clock_ns at the step's end, table
-    ns, residual ns, tensor-subclass ns, autograd-node ns)`` spent since the previous step's
-    end (the last two are parts of the table's)."""
+    ns, residual ns, tensor-subclass ns, autograd-node ns, op ns, cold Python ns)`` spent since
+    the previous step's end: tensor-subclass, autograd-node and op ns (intercepted ops' own
+    rows and families) are parts of the table's, cold Python ns (the counted Python outside
+    the hot walks) of the residual."""
 
 
 @dataclass(frozen=True, slots=True)

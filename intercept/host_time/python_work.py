@@ -136,3 +136,9 @@ class CountedWork:
         cold, hot = self._weights.cold, self._weights.hot
         return round(counts.lines * cold.line_ns + counts.calls * cold.call_ns
                      + counts.hot_lines * hot.line_ns + counts.hot_calls * hot.call_ns)
+
+    def cold_ns(self) -> int:
+        """Of :meth:`ns`, the part charged at the cold weights (outside the hot walks)."""
+        counts = shim.work_counts()
+        cold = self._weights.cold
+        return round(counts.lines * cold.line_ns + counts.calls * cold.call_ns)
