@@ -50,6 +50,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
 from scripts import common  # noqa: E402
@@ -104,7 +105,8 @@ def _plain(a: object, b: object) -> object:
     return a
 
 
-def aten_cases(rec: Recorder, dev: torch.device) -> None:
+def aten_ops(dev: torch.device) -> dict[str, tuple[str, Callable[[], object]]]:
+    """The ``aten`` section's cases: name -> (family, a call of the op)."""
     small = torch.ones(16, device=dev)
     x = torch.randn(1024, 1024, device=dev, dtype=torch.bfloat16)
     w = torch.randn(1024, 1024, device=dev, dtype=torch.bfloat16)
@@ -118,9 +120,7 @@ def aten_cases(rec: Recorder, dev: torch.device) -> None:
     xg = x.clone().requires_grad_()
     wg = w.clone().requires_grad_()
     bg = b.clone().requires_grad_()
-    n = 200
-    rec.case("call", "plain python call (2 args)", lambda: _plain(small, small), calls=n)
-    cases: dict[str, tuple[str, Callable[[], object]]] = {
+    return {
         "add_ 16 floats": ("aten.elementwise", lambda: small.add_(small)),
         "add out-of-place bf16 1M": ("aten.elementwise", lambda: x + x),
         "mul bf16 1M": ("aten.elementwise", lambda: x * 2.0),
@@ -149,6 +149,13 @@ def aten_cases(rec: Recorder, dev: torch.device) -> None:
         "gelu requires_grad": ("aten.autograd", lambda: F.gelu(xg)),
         "layer_norm requires_grad": ("aten.autograd", lambda: F.layer_norm(xg, (1024,))),
     }
+
+
+def aten_cases(rec: Recorder, dev: torch.device) -> None:
+    small = torch.ones(16, device=dev)
+    n = 200
+    rec.case("call", "plain python call (2 args)", lambda: _plain(small, small), calls=n)
+    cases = aten_ops(dev)
     with torch.no_grad():
         for name, (family, op) in cases.items():
             if family != "aten.autograd":
@@ -156,6 +163,38 @@ def aten_cases(rec: Recorder, dev: torch.device) -> None:
     for name, (family, op) in cases.items():
         if family == "aten.autograd":
             rec.case(family, name, op, calls=n)
+
+
+MIX_PYTHON_DEPTH = 4
+"""``nn.Identity`` modules in the ``nn.Sequential`` the ``mix`` section calls between two ops."""
+
+
+def mix_cases(rec: Recorder, dev: torch.device) -> None:
+    """The ``aten`` section's no-grad cases in turn, one call each, as a step runs them (each
+    op after another op), against their own loops; then with a module call between two ops (a
+    model's Python between its ops: ``nn.Module`` call paths that only pass the input on), and
+    that call alone. The mix's per-op cost over the loops' mean is what running cold costs the
+    ops; the mix with the module calls over the two alone what interleaving costs both."""
+    ops = [op for family, op in aten_ops(dev).values() if family != "aten.autograd"]
+    names = [name for name, (family, _) in aten_ops(dev).items() if family != "aten.autograd"]
+    modules = nn.Sequential(*(nn.Identity() for _ in range(MIX_PYTHON_DEPTH)))
+    token = torch.ones(1, device=dev)
+
+    def mix() -> None:
+        for op in ops:
+            op()
+
+    def mix_python() -> None:
+        for op in ops:
+            modules(token)
+            op()
+
+    with torch.no_grad():
+        rec.case("mix", f"module call path ({MIX_PYTHON_DEPTH} Identity in a Sequential)",
+                 lambda: modules(token), calls=200)
+        rec.case("mix", "ops in turn", mix, calls=10, per=len(ops), ops=names)
+        rec.case("mix", "ops in turn, a module call before each", mix_python, calls=10,
+                 per=len(ops), ops=names)
 
 
 def ops_cases(rec: Recorder, dev: torch.device) -> None:
@@ -328,7 +367,6 @@ def c10d_cases(rec: Recorder, dev: torch.device) -> None:
 
 def framework_cases(rec: Recorder, dev: torch.device) -> None:
     import torch.distributed as dist
-    from torch import nn
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     layers = 16
@@ -425,7 +463,7 @@ def compiled_cases(rec: Recorder, dev: torch.device) -> None:
 
 
 SECTIONS = (aten_cases, ops_cases, backward_cases, foreach_cases, c10d_cases, framework_cases,
-            graph_cases, compiled_cases)
+            graph_cases, compiled_cases, mix_cases)
 """Every measuring section, in the order they run (``--sections`` picks by name)."""
 
 
@@ -590,7 +628,7 @@ def main() -> None:
     parser.add_argument("--write", help="with --import-raw: write the table here")
     parser.add_argument("--sections", nargs="+", metavar="NAME",
                         help="measure only these sections (aten, ops, backward, foreach, c10d, "
-                             "framework, graph, compiled); default all")
+                             "framework, graph, compiled, mix); default all")
     args = parser.parse_args()
     if args.import_raw:
         with open(args.import_raw) as f:

@@ -45,6 +45,11 @@ def test_the_fit_recovers_the_multipliers_that_made_the_real_steps() -> None:
     without_dtensor = [c for c in cases if c.scaled_ms[1] == 0]
     cold, subclass, node = fit_host_time.fit(without_dtensor)
     assert (cold, node) == (pytest.approx(2.5), pytest.approx(0.5)) and subclass == 1.0
+    # a held constant stays at its value and the free ones absorb the rest; one left out of
+    # the fit keeps its multiplier
+    assert fit_host_time.fit(cases, held={2: 0.5}) == pytest.approx(truth)
+    assert fit_host_time.fit(cases, held={2: 0.8})[2] == 0.8
+    assert fit_host_time.fit(cases, free=(0, 1))[2] == 1.0
 
 
 def test_the_real_steps_record_is_read_with_its_arguments(tmp_path: Path) -> None:
@@ -54,3 +59,4 @@ def test_the_real_steps_record_is_read_with_its_arguments(tmp_path: Path) -> Non
     bad.write_text("gpt_tp 1.0\n")
     with pytest.raises(SystemExit, match="no '# M="):
         fit_host_time.read_real(bad)
+
