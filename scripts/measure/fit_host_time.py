@@ -169,8 +169,9 @@ def main() -> None:
                         help="folder of the simulator outputs")
     parser.add_argument("--harness", type=Path, metavar="DIR",
                         help="also the accuracy harness's host-bound cases simulated under DIR "
-                             "(validate_accuracy.py --out DIR): fit rows where they match "
-                             "--harness-fit, checked (a linear preview) otherwise")
+                             "with the shipped constants (validate_accuracy.py --out DIR): fit "
+                             "rows where they match --harness-fit, checked (a linear preview) "
+                             "otherwise")
     parser.add_argument("--harness-fit", default="^h200x2-", metavar="REGEX",
                         help="the harness cases fitted on (re.search on the case name)")
     parser.add_argument("--min-host-share", type=float, default=0.5,
@@ -189,6 +190,13 @@ def main() -> None:
 
     script_args, real = read_real(args.real)
     args.out.mkdir(parents=True, exist_ok=True)
+    shipped = load_fit()
+    constants = {name: getattr(shipped, name) for name in CONSTANTS}
+    stamp = args.out / "constants.json"
+    if args.reuse and (not stamp.exists() or json.loads(stamp.read_text()) != constants):
+        raise SystemExit(f"--reuse: the simulations under {args.out} were not made with the "
+                         f"shipped constants {constants}; run without --reuse")
+    stamp.write_text(json.dumps(constants))
     console = Console(stderr=True, quiet=True)
     cases = []
     for script, real_ms in real.items():
@@ -197,10 +205,9 @@ def main() -> None:
         cases.append(FitCase(script, real_ms, case.simulated_ms, case.scaled_ms, case.ops_ms))
         print(f"simulated {script} in {time.perf_counter() - start_s:.0f} s", flush=True)
     checked: list[FitCase] = []
-    if args.harness:
+    if args.harness:  # simulated with the shipped constants too (the help says so)
         for case, _ in harness_cases(args.harness, args.min_host_share):
             (cases if re.search(args.harness_fit, case.script) else checked).append(case)
-    shipped = load_fit()
     held = {}
     for item in args.hold:
         name, _, value = item.partition("=")
