@@ -144,6 +144,21 @@ def time_call(op: Callable[[], object], calls: int, rounds: int = ROUNDS,
     return statistics.median(per_round)
 
 
+def probe_main(doc: str, rows: Callable[[], list[dict[str, object]]],
+               **meta: object) -> None:
+    """The ``main`` of a probe script (``function_chains.py``, ``op_mix.py``): ``--json OUT``,
+    then its rows (each with ``case`` and ``us``) written there beside ``meta`` and torch's
+    version, and printed."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--json", required=True, help="where to write the rows")
+    args = parser.parse_args()
+    found = rows()
+    with open(args.json, "w") as f:
+        json.dump({**meta, "torch": torch.__version__, "rows": found}, f, indent=1)
+    for row in found:
+        print(f"{row['case']:40s} {row['us']:8.2f} us")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", required=True, help="write the rows here")

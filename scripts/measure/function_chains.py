@@ -21,8 +21,6 @@ the simulator leaves out per ``apply`` (and per Python backward node). Each row:
   phantora-ns3 SCENARIO   # a scenario whose script is this one, args: --json OUT.json
 """
 
-import argparse
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -30,7 +28,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
-from scripts.measure.compiled_chains import time_call  # noqa: E402
+from scripts.measure.compiled_chains import probe_main, time_call  # noqa: E402
 
 DEPTH = 50
 ROUNDS = 7
@@ -87,15 +85,7 @@ def rows() -> list[dict[str, object]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--json", required=True, help="where to write the rows")
-    args = parser.parse_args()
-    found = rows()
-    with open(args.json, "w") as f:
-        json.dump({"depth": DEPTH, "rounds": ROUNDS, "torch": torch.__version__, "rows": found}, f,
-                  indent=1)
-    for row in found:
-        print(f"{row['case']:32s} {row['us']:8.2f} us per step")
+    probe_main(__doc__, rows, depth=DEPTH, rounds=ROUNDS)
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -169,32 +170,53 @@ MIX_PYTHON_DEPTH = 4
 """``nn.Identity`` modules in the ``nn.Sequential`` the ``mix`` section calls between two ops."""
 
 
+@dataclass(frozen=True)
+class MixCalls:
+    """The ``mix`` section's calls (see :func:`mix_cases`)."""
+
+    ops: dict[str, Callable[[], object]]
+    """The ``aten`` section's no-grad cases, each a call of its op."""
+    in_turn: Callable[[], None]
+    """Every op once, one after another."""
+    module_path: Callable[[], object]
+    """A call of an ``nn.Sequential`` of :data:`MIX_PYTHON_DEPTH` ``nn.Identity``: module
+    calls that only pass the input on, no op."""
+    in_turn_with_module_path: Callable[[], None]
+    """The ops in turn with :attr:`module_path` before each."""
+
+
+def mix_calls(dev: torch.device) -> MixCalls:
+    """The ``mix`` section's calls on ``dev`` (``scripts/measure/op_mix.py`` times them too)."""
+    ops = {name: op for name, (family, op) in aten_ops(dev).items() if family != "aten.autograd"}
+    modules = nn.Sequential(*(nn.Identity() for _ in range(MIX_PYTHON_DEPTH)))
+    token = torch.ones(1, device=dev)
+
+    def in_turn() -> None:
+        for op in ops.values():
+            op()
+
+    def in_turn_with_module_path() -> None:
+        for op in ops.values():
+            modules(token)
+            op()
+
+    return MixCalls(ops, in_turn, lambda: modules(token), in_turn_with_module_path)
+
+
 def mix_cases(rec: Recorder, dev: torch.device) -> None:
     """The ``aten`` section's no-grad cases in turn, one call each, as a step runs them (each
     op after another op), against their own loops; then with a module call between two ops (a
     model's Python between its ops: ``nn.Module`` call paths that only pass the input on), and
-    that call alone. The mix's per-op cost over the loops' mean is what running cold costs the
-    ops; the mix with the module calls over the two alone what interleaving costs both."""
-    ops = [op for family, op in aten_ops(dev).values() if family != "aten.autograd"]
-    names = [name for name, (family, _) in aten_ops(dev).items() if family != "aten.autograd"]
-    modules = nn.Sequential(*(nn.Identity() for _ in range(MIX_PYTHON_DEPTH)))
-    token = torch.ones(1, device=dev)
-
-    def mix() -> None:
-        for op in ops:
-            op()
-
-    def mix_python() -> None:
-        for op in ops:
-            modules(token)
-            op()
-
+    that call alone. The mix's per-op cost over the loops' mean is what running in turn costs
+    the ops; the mix with the module calls over the two alone what interleaving costs both."""
+    mix = mix_calls(dev)
+    names = list(mix.ops)
     with torch.no_grad():
         rec.case("mix", f"module call path ({MIX_PYTHON_DEPTH} Identity in a Sequential)",
-                 lambda: modules(token), calls=200)
-        rec.case("mix", "ops in turn", mix, calls=10, per=len(ops), ops=names)
-        rec.case("mix", "ops in turn, a module call before each", mix_python, calls=10,
-                 per=len(ops), ops=names)
+                 mix.module_path, calls=200)
+        rec.case("mix", "ops in turn", mix.in_turn, calls=10, per=len(names), ops=names)
+        rec.case("mix", "ops in turn, a module call before each", mix.in_turn_with_module_path,
+                 calls=10, per=len(names), ops=names)
 
 
 def ops_cases(rec: Recorder, dev: torch.device) -> None:

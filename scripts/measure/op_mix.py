@@ -20,19 +20,16 @@ Rows (us, the median of ``ROUNDS`` rounds):
 the records of both are in ``scripts/measure/data/host_costs/`` (README there).
 """
 
-import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
-from scripts.measure.compiled_chains import time_call  # noqa: E402
-from scripts.measure.measure_host_costs import MIX_PYTHON_DEPTH, aten_ops  # noqa: E402
+from scripts.measure.compiled_chains import probe_main, time_call  # noqa: E402
+from scripts.measure.measure_host_costs import mix_calls  # noqa: E402
 
 ROUNDS = 5
 CALLS = 50
@@ -86,44 +83,25 @@ def training_rows(dev: torch.device) -> list[dict[str, object]]:
 
 def rows() -> list[dict[str, object]]:
     dev = torch.device("cuda", 0)
-    ops = {name: op for name, (family, op) in aten_ops(dev).items() if family != "aten.autograd"}
-    modules = nn.Sequential(*(nn.Identity() for _ in range(MIX_PYTHON_DEPTH)))
-    token = torch.ones(1, device=dev)
-    in_turn = list(ops.values())
-
-    def mix() -> None:
-        for op in in_turn:
-            op()
-
-    def mix_with_modules() -> None:
-        for op in in_turn:
-            modules(token)
-            op()
-
+    mix = mix_calls(dev)
     out: list[dict[str, object]] = []
     with torch.no_grad():
-        loops = {name: time_call(op, CALLS, rounds=ROUNDS) for name, op in ops.items()}
+        loops = {name: time_call(op, CALLS, rounds=ROUNDS) for name, op in mix.ops.items()}
         out += [{"case": f"loop {name}", "us": round(us, 3)} for name, us in loops.items()]
         out.append({"case": "loops mean", "us": round(statistics.mean(loops.values()), 3)})
         out.append({"case": "in turn",
-                    "us": round(time_call(mix, CALLS // 10, rounds=ROUNDS) / len(in_turn), 3)})
+                    "us": round(time_call(mix.in_turn, CALLS // 10, rounds=ROUNDS)
+                                / len(mix.ops), 3)})
         out.append({"case": "module path",
-                    "us": round(time_call(lambda: modules(token), CALLS, rounds=ROUNDS), 3)})
+                    "us": round(time_call(mix.module_path, CALLS, rounds=ROUNDS), 3)})
         out.append({"case": "in turn with the module path",
-                    "us": round(time_call(mix_with_modules, CALLS // 10, rounds=ROUNDS)
-                                / len(in_turn), 3)})
+                    "us": round(time_call(mix.in_turn_with_module_path, CALLS // 10,
+                                          rounds=ROUNDS) / len(mix.ops), 3)})
     return out + training_rows(dev)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--json", required=True, help="where to write the rows")
-    args = parser.parse_args()
-    found = rows()
-    with open(args.json, "w") as f:
-        json.dump({"rounds": ROUNDS, "torch": torch.__version__, "rows": found}, f, indent=1)
-    for row in found:
-        print(f"{row['case']:40s} {row['us']:8.2f} us")
+    probe_main(__doc__, rows, rounds=ROUNDS)
 
 
 if __name__ == "__main__":
