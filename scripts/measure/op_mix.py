@@ -12,9 +12,6 @@ Rows (us, the median of ``ROUNDS`` rounds):
 * ``in turn``: those ops one after another, per op; ``module path``: an ``nn.Sequential`` of
   ``MIX_PYTHON_DEPTH`` ``nn.Identity`` (module calls, no op); ``in turn with the module path``:
   the ops in turn with that call before each, per op;
-* ``wrapper <kind>``: a no-op function behind a wrapper DeepSpeed puts on its hooks and
-  partitioning calls (``torch._dynamo.disable``'s; a ``functools.wraps`` pass-through, as its
-  ``instrument_w_nvtx``), called between two ops, per call beyond the ops in turn;
 * ``training forward`` / ``training backward``: a chain of ``TRAINING_DEPTH`` blocks of
   varied ops on small tensors that require grad (the GPU keeps up with the host), per op
   recorded for backward; its backward per autograd node (``nodes``: how many the graph has).
@@ -23,10 +20,8 @@ Rows (us, the median of ``ROUNDS`` rounds):
 the records of both are in ``scripts/measure/data/host_costs/`` (README there).
 """
 
-import functools
 import statistics
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -51,39 +46,6 @@ def training_block(y: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.T
     y = torch.softmax(y, -1)
     y = y.float()
     return y.bfloat16() + 1.0
-
-
-def passthrough(fn: Callable[..., object]) -> Callable[..., object]:
-    """A ``functools.wraps`` wrapper that only calls ``fn`` (DeepSpeed's ``instrument_w_nvtx``
-    without NVTX)."""
-    @functools.wraps(fn)
-    def wrapped(*args: object, **kwargs: object) -> object:
-        return fn(*args, **kwargs)
-    return wrapped
-
-
-def nothing(x: object) -> object:
-    """The wrapped no-op."""
-    return x
-
-
-def wrapper_rows(ops: list[Callable[[], object]]) -> list[dict[str, object]]:
-    """Per call of each wrapped no-op between two ops, beyond the ops in turn."""
-    wrapped = {"dynamo disable": torch._dynamo.disable(nothing),
-               "passthrough": passthrough(nothing)}
-    token = object()
-
-    def in_turn(call: Callable[[object], object] | None) -> float:
-        def run() -> None:
-            for op in ops:
-                if call is not None:
-                    call(token)
-                op()
-        return time_call(run, CALLS // 10, rounds=ROUNDS) / len(ops)
-
-    bare = in_turn(None)
-    return [{"case": f"wrapper {name}", "us": round(in_turn(call) - bare, 3)}
-            for name, call in wrapped.items()]
 
 
 def graph_nodes(root: torch.Tensor) -> int:
@@ -135,7 +97,6 @@ def rows() -> list[dict[str, object]]:
         out.append({"case": "in turn with the module path",
                     "us": round(time_call(mix.in_turn_with_module_path, CALLS // 10,
                                           rounds=ROUNDS) / len(mix.ops), 3)})
-        out += wrapper_rows(list(mix.ops.values()))
     return out + training_rows(dev)
 
 
