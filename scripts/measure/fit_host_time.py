@@ -139,10 +139,10 @@ def fit(cases: list[FitCase], free: tuple[int, ...] = (0, 1, 2),
     return tuple(multipliers)
 
 
-def harness_cases(out: Path, min_host_share: float) -> list[tuple[FitCase, float]]:
+def harness_cases(out: Path, min_host_share: float) -> list[FitCase]:
     """The accuracy harness's measured cases simulated under ``out`` (``validate_accuracy.py
     --out``) whose host bounds at least ``min_host_share`` of the simulated step (the step moves
-    about linearly with the host constants there), each with that share; rank 0's parts."""
+    about linearly with the host constants there); rank 0's parts."""
     from scripts.validate import validate_accuracy
 
     rows = []
@@ -158,8 +158,7 @@ def harness_cases(out: Path, min_host_share: float) -> list[tuple[FitCase, float
             validate_accuracy.measure_steps.FIRST_MEASURED_STEP - 1:]
         if share is None or share < min_host_share or simulated_ms is None or not steps:
             continue
-        rows.append((FitCase(case.name, case.measured_ms, simulated_ms, *step_parts(steps)),
-                     share))
+        rows.append(FitCase(case.name, case.measured_ms, simulated_ms, *step_parts(steps)))
     return rows
 
 
@@ -207,7 +206,7 @@ def main() -> None:
         print(f"simulated {script} in {time.perf_counter() - start_s:.0f} s", flush=True)
     checked: list[FitCase] = []
     if args.harness:  # simulated with the shipped constants too (the help says so)
-        for case, _ in harness_cases(args.harness, args.min_host_share):
+        for case in harness_cases(args.harness, args.min_host_share):
             (cases if re.search(args.harness_fit, case.script) else checked).append(case)
     held = {}
     for item in args.hold:
