@@ -57,10 +57,10 @@ HOST_BOUND_STEP_BOUNDS = (9.7, 31.3)
 """README: (mean, max) |step error| in % over the CI-sized host-bound workloads (``ci-`` in the
 case's name: a tiny GPT single, DDP, FSDP2 and TP, the tiny MoE on H100 and on H200 replaying
 their runs' routing traces) with counted host time, the default; deterministic on one rank, so
-one simulation each (the mean is 9.7% over eight cases; the bound leaves 0.1 point for the two-rank
-runs, which move by tenths of a point between runs). The max is the tiny GPT on 1xH100
-(+31.3%: its three stored sessions span 9.5-13.8 ms, a fourth host that day ran it at 16.8
-ms); next are the tiny GPT on 1xH200 (-13.5%: two sessions on two instances, 2026-12-02)
+one simulation each (the mean is 9.70% over eight cases; the bound, rounded up to 9.75, leaves
+0.05 point for the two-rank runs, which move the mean by hundredths of a point between runs).
+The max is the tiny GPT on 1xH100 (+31.3%: its three stored sessions span 9.5-13.8 ms, a
+fourth host that day ran it at 16.8 ms); next are the tiny GPT on 1xH200 (-13.5%: two sessions on two instances, 2026-12-02)
 and the tiny FSDP2 on 2xH200 (-13.1%)."""
 
 
