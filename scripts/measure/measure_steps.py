@@ -94,13 +94,16 @@ class Run:
     runner: tuple[str, ...] = ()
     """A script that runs the example, with its arguments (``record_routing.py --out F --``):
     it comes before the example's path, in one process and under torchrun alike."""
+    torchrun: bool = False
+    """Launch under torchrun even as one process: the script joins a process group whatever
+    its size (Megatron's model-parallel state needs one)."""
 
     def command(self) -> list[str]:
         path = str(EXAMPLES / self.script)
         prefix = ["env", *(f"{key}={value}" for key, value in self.env)] if self.env else []
         if self.name.startswith(PROFILE_PREFIX):
             return [*prefix, sys.executable, __file__, "profile-script", path, *self.args]
-        if self.nproc == 1:
+        if self.nproc == 1 and not self.torchrun:
             return [*prefix, sys.executable, *self.runner, path, *self.args]
         return [*prefix, sys.executable, "-m", "torch.distributed.run", "--standalone",
                 "--nproc_per_node", str(self.nproc), *self.runner, path, *self.args]
@@ -264,7 +267,7 @@ def suite(name: str, nproc: int = DEFAULT_DIST_NPROC) -> list[Run]:
             megatron = ("--tp", str(nproc), *MEGATRON_GPT2_124M, "--batch-size", "8",
                         "--steps", "10")
             runs += [Run(f"megatron-tp{nproc}{suffix}-gpt2-124m-b8", "megatron_gpt.py",
-                         (*megatron, *flags), nproc=nproc, env=MEGATRON_ENV)
+                         (*megatron, *flags), nproc=nproc, env=MEGATRON_ENV, torchrun=True)
                      for suffix, flags in (("", ()), ("-sp", ("--sequence-parallel",)))]
         return runs
     if name == "values":
@@ -300,7 +303,7 @@ def suite(name: str, nproc: int = DEFAULT_DIST_NPROC) -> list[Run]:
             runs.append(Run(f"megatron-tp{max(nproc // 2, 1)}-pp2-gpt2-124m-b8", "megatron_gpt.py",
                             ("--tp", str(max(nproc // 2, 1)), "--pp", "2", *MEGATRON_GPT2_124M,
                              "--batch-size", "8", "--micro-batches", "4", "--steps", "10"),
-                            nproc=nproc, env=MEGATRON_ENV))
+                            nproc=nproc, env=MEGATRON_ENV, torchrun=True))
         return runs
     if name == "profile":
         return [Run(f"{PROFILE_PREFIX}llama-1b-b4", "gpt_single.py",

@@ -274,24 +274,44 @@ def routing_trace_of(machine_dir: Path, run_name: str) -> Path | None:
     return path if path.exists() else None
 
 
+BUILD_ONLY_ENV = frozenset({"TORCH_CUDA_ARCH_LIST"})
+"""Variables a logged command may set that do not change the step: which GPU architectures
+DeepSpeed would build its ops for."""
+
+
+def run_key(machine: str, command: str) -> tuple[str, str, tuple[str, ...], int, tuple[str, ...]]:
+    """What makes two logged runs one workload: the machine kind and the example command
+    (:func:`invocation`: script, arguments, processes, variables), whatever the suite named the
+    run, whatever ran it (``record_routing.py``, ``time_host_calls.py``), however many steps it
+    took (the scenario sets its own) and less :data:`BUILD_ONLY_ENV`."""
+    script, args, nproc, env = invocation(command)
+    return (machine, script, tuple(measure_steps.with_steps(args, 0)), nproc,
+            tuple(sorted(f"{k}={v}" for k, v in env.items() if k not in BUILD_ONLY_ENV)))
+
+
 def measured_cases(root: Path = STEPS_DIR) -> list[Case]:
     """A case for every workload with a successful, timed run under ``root/<machine>/*.log``
-    (runs under the profiler measure no step: ``measure_steps.Result.profiled``). Runs of one workload in several
-    logs (``<machine>_<script>.<session>.log``: measuring sessions, each on another lent host
-    instance) make one case, measured as the median of their medians."""
-    runs: dict[str, list[tuple[Any, Path]]] = {}
+    (runs under the profiler measure no step: ``measure_steps.Result.profiled``). Runs of one
+    workload (:func:`run_key`) in several logs (``<machine>_<script>.<session>.log``: measuring
+    sessions, each on another lent host instance) make one case, measured as the median of their
+    medians, named after the run name most of its sessions used (two suites may run the same
+    command under two names: ``moe-600m-b4-learned`` and, on one GPU, ``ep-moe-600m-b4-learned``)."""
+    runs: dict[tuple[str, str, tuple[str, ...], int, tuple[str, ...]], list[tuple[Any, Path]]] = {}
     for machine_dir in sorted(p for p in root.iterdir() if p.is_dir()):
         for log in sorted(machine_dir.glob("*.log")):
             for run in measure_steps.parse_log(log, machine_dir.name):
                 if (run.rc != 0 or run.median_ms is None
                         or run.name.startswith(measure_steps.PROFILE_PREFIX)):
                     continue
-                runs.setdefault(f"{run.machine}-{run.name}", []).append((run, log))
+                runs.setdefault(run_key(run.machine, run.command), []).append((run, log))
     cases = []
     for sessions in runs.values():
-        run, log = sessions[0]
-        scenario = measured_scenario(run.machine, run.name, run.command,
-                                     routing_trace_of(log.parent, run.name))
+        names = [run.name for run, _ in sessions]
+        name = max(dict.fromkeys(names), key=names.count)
+        run, log = next((run, log) for run, log in sessions if run.name == name)
+        trace = next((found for found in (routing_trace_of(log.parent, other)
+                                          for other in dict.fromkeys(names)) if found), None)
+        scenario = measured_scenario(run.machine, run.name, run.command, trace)
         source = ", ".join(str(path.relative_to(REPO) if path.is_relative_to(REPO) else path)
                            for _, path in sessions)
         medians = tuple(session.median_ms for session, _ in sessions)

@@ -138,3 +138,37 @@ def test_multi_gpu_logs_become_cases_on_all_gpus(tmp_path: Path, machine: str) -
     assert set(by_script) == {"gpt_ddp.py", "gpt_fsdp2.py", "gpt_tp.py"}
     tp_models = {args[args.index("--model") + 1] for args in by_script["gpt_tp.py"]}
     assert tp_models == ({"gpt2-124m", "gpt2-350m"} if ngpus == 4 else {"gpt2-350m"})
+
+
+def test_one_command_under_two_run_names_is_one_case(tmp_path: Path) -> None:
+    """Two suites log the same command under two names, each session under its own: one case,
+    named as most sessions name it, with every session's median and a routing trace of either
+    name."""
+    machine = tmp_path / "h200x1"
+    machine.mkdir()
+    command = ("/p/python3 /r/scenarios/examples/moe_ep.py --model moe-600m --steps {steps} "
+               "--routing learned")
+    for session, name, steps, ms in (("a", "moe-learned", 10, 100.0),
+                                     ("b", "moe-learned", 10, 110.0),
+                                     ("c", "ep-moe-learned", 12, 130.0)):
+        lines = "\n".join(f"step {i}/{steps} | loss 1.0 | {ms:.2f} ms" for i in range(1, steps + 1))
+        (machine / f"h200x1_moe_ep.{session}.log").write_text(
+            f"=== RUN {name}: {command.format(steps=steps)}\n{lines}\n"
+            f"rank 0: max_memory_allocated 1.000 GiB\n=== EXIT {name}: 0\n"
+            f"=== WALL {name}: 9.0 s\n")
+    (machine / "h200x1_ep-moe-learned.routing.json").write_text("{}")
+    (case,) = harness.measured_cases(tmp_path)
+    assert case.name == "h200x1-moe-learned"
+    assert sorted(case.session_ms) == [100.0, 110.0, 130.0]
+    assert case.scenario["simulation"]["routing"].endswith("h200x1_ep-moe-learned.routing.json")
+    assert harness.run_key("h200x1", "env TORCH_CUDA_ARCH_LIST=9.0 " + command.format(steps=3)) \
+        == harness.run_key("h200x1", command.format(steps=10))
+
+
+def test_megatron_runs_under_torchrun_even_on_one_gpu() -> None:
+    """Megatron's model-parallel state needs a process group, which only torchrun's rendezvous
+    gives the example (train_utils.init_distributed)."""
+    megatron = next(r for r in measure_steps.plan_runs("frameworks", 1)
+                    if r.script == "megatron_gpt.py")
+    assert harness.invocation(shlex.join(megatron.command()))[2] == 1
+    assert "torch.distributed.run" in megatron.command()
