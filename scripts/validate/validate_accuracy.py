@@ -387,14 +387,23 @@ def simulate(case: Case, out_root: Path, console: Console) -> Outcome:
         run_scenario(parse_scenario(case.scenario, str(case.scenario_path)), out_dir, console)
     except PhantoraError as err:
         return Outcome(None, None, time.perf_counter() - start_s, [], failure_line(str(err)))
-    wall_s = time.perf_counter() - start_s
+    return read_outcome(out_dir, case, time.perf_counter() - start_s)
+
+
+def read_outcome(out_dir: Path, case: Case, wall_s: float | None = None) -> Outcome:
+    """What a finished simulation of ``case`` in ``out_dir`` said; ``wall_s`` by default the
+    run's own (``summary.json``). A run that left no summary is a failure."""
+    summary_path = out_dir / "summary.json"
+    if not summary_path.exists():
+        return Outcome(None, None, wall_s or 0.0, [], f"no simulated run in {out_dir}")
+    summary = json.loads(summary_path.read_text())
     simulated_ms, simulated_gib = read_simulated(out_dir, case)
-    summary = json.loads((out_dir / "summary.json").read_text())
     gpu_ops = [op for op in summary["compute_coverage"]["top_ops"]
                if op["source"] != HOST_TRANSFER]
     steady = (summary.get("attribution") or {}).get("steady") or {}
     host_share = steady.get("share", {}).get("host_bound")
-    return Outcome(simulated_ms, simulated_gib, wall_s, gpu_ops[:TOP_OPS],
+    return Outcome(simulated_ms, simulated_gib,
+                   summary["wall_seconds"]["total"] if wall_s is None else wall_s, gpu_ops[:TOP_OPS],
                    host_share=host_share)
 
 
@@ -442,6 +451,16 @@ def goals_met(step_errors: list[float], memory_errors: list[float]) -> bool:
             and max(abs(e) for e in memory_errors) <= GOAL_MEMORY_PCT)
 
 
+def leave_one_out_pct(session_ms: tuple[float, ...]) -> list[float]:
+    """Each session's median against the median of the other sessions' (%): how far one real
+    session lands from the rest, the floor under any estimate judged on one session. Empty
+    below three sessions."""
+    if len(session_ms) < 3:
+        return []
+    return [100 * (ms / statistics.median(session_ms[:i] + session_ms[i + 1:]) - 1)
+            for i, ms in enumerate(session_ms)]
+
+
 def report(rows: list[tuple[Case, Outcome]]) -> str:
     """The table, the summary against the goals and the top simulated ops per case."""
     lines = [(f"{'workload':<36} {'machine':<13} {'meas ms':>9} {'sessions ms':>15} "
@@ -451,6 +470,7 @@ def report(rows: list[tuple[Case, Outcome]]) -> str:
     memory_errors: dict[str, list[float]] = {"measured": [], "published": [], "families": []}
     in_range = ranged = wide_in_range = wide = 0
     by_bound: dict[str, list[float]] = {"host-bound": [], "not host-bound": []}
+    noise: dict[str, list[list[float]]] = {"host-bound": [], "not host-bound": []}
     for case, out in rows:
         if len(case.session_ms) > 1 and out.simulated_ms is not None:
             within = min(case.session_ms) <= out.simulated_ms <= max(case.session_ms)
@@ -472,6 +492,8 @@ def report(rows: list[tuple[Case, Outcome]]) -> str:
         if kind == "measured" and step_err is not None and out.host_share is not None:
             bound = "host-bound" if out.host_share >= HOST_BOUND_SHARE else "not host-bound"
             by_bound[bound].append(step_err)
+            if found := leave_one_out_pct(case.session_ms):
+                noise[bound].append(found)
         memory_mark = "r" if case.memory == "reserved" else " "
         spread = _span(case.session_ms)
         lines.append(f"{workload:<36} {case.machine:<13} {case.measured_ms:>9.2f} "
@@ -497,6 +519,12 @@ def report(rows: list[tuple[Case, Outcome]]) -> str:
             lines.append(f"measured, {bound} when simulated (host bounds "
                          f"{'>=' if bound == 'host-bound' else '<'} {100 * HOST_BOUND_SHARE:.0f}% "
                          f"of the step), {len(errors)} cases: step time {_stats(errors)}")
+        if noise[bound]:
+            each = [abs(pct) for found in noise[bound] for pct in found]
+            lines.append(f"  the real sessions' own spread there ({len(noise[bound])} cases of 3+ "
+                         f"sessions, {len(each)} sessions): one session against the median of "
+                         f"the others, mean |difference| {statistics.mean(each):.1f}%, max "
+                         f"{max(each):.1f}%")
     for kind in ("measured", "published", "families"):
         if step_errors[kind] or memory_errors[kind]:
             lines.append(f"{kind}: step time {_stats(step_errors[kind])} (goal: mean <= "
@@ -537,6 +565,10 @@ def main() -> None:
     parser.add_argument("--roofline-anchors", action="store_true",
                         help="only the published runs on GPUs without measured tables "
                              f"(ROOFLINE_ANCHORS); table to {ROOFLINE_RESULT_PATH.name}")
+    parser.add_argument("--from-outputs", action="store_true",
+                        help="simulate nothing: report the runs a previous harness left under "
+                             "--out (after a change to the report or to the measured logs' "
+                             "medians, not to the simulator)")
     parser.add_argument("--write-scenarios", action="store_true",
                         help="write scenarios/accuracy/*.yaml for the measured runs and exit")
     args = parser.parse_args()
@@ -559,7 +591,8 @@ def main() -> None:
     start_s = time.perf_counter()
     for index, case in enumerate(cases, 1):
         print(f"[{index}/{len(cases)}] {case.name} ...", end=" ", flush=True)
-        outcome = simulate_repeated(case, args.out, console, args.repeats)
+        outcome = (read_outcome(args.out / case.name, case) if args.from_outputs
+                   else simulate_repeated(case, args.out, console, args.repeats))
         rows.append((case, outcome))
         print(f"{_num(outcome.simulated_ms, '.2f')} ms vs {case.measured_ms:.2f} ms measured, "
               f"{outcome.wall_s:.0f} s wall" + (f" ({outcome.error})" if outcome.error else ""),

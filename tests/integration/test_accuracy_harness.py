@@ -172,3 +172,15 @@ def test_megatron_runs_under_torchrun_even_on_one_gpu() -> None:
                     if r.script == "megatron_gpt.py")
     assert harness.invocation(shlex.join(megatron.command()))[2] == 1
     assert "torch.distributed.run" in megatron.command()
+
+
+def test_sessions_own_spread_is_one_session_against_the_others() -> None:
+    assert harness.leave_one_out_pct((100.0, 110.0)) == []
+    assert harness.leave_one_out_pct((100.0, 100.0, 150.0)) == pytest.approx([-20.0, -20.0, 50.0])
+    case = harness.Case("h200x1-x", "h200x1", {}, Path("x.yaml"), 100.0, 1.0, "allocated", "log",
+                        (90.0, 100.0, 120.0), ("a", "b", "c"))
+    outcome = harness.Outcome(100.0, 1.0, 1.0, [], host_share=0.5)
+    text = harness.report([(case, outcome)])
+    assert ("the real sessions' own spread there (1 cases of 3+ sessions, 3 sessions): one "
+            "session against the median of the others, mean |difference| 16.4%, max 26.3%"
+            ) in text
