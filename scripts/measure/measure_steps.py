@@ -269,6 +269,11 @@ def suite(name: str, nproc: int = DEFAULT_DIST_NPROC) -> list[Run]:
             runs += [Run(f"megatron-tp{nproc}{suffix}-gpt2-124m-b8", "megatron_gpt.py",
                          (*megatron, *flags), nproc=nproc, env=MEGATRON_ENV, torchrun=True)
                      for suffix, flags in (("", ()), ("-sp", ("--sequence-parallel",)))]
+        if nproc == 1:
+            # batch 1: the GPU idles between launches, so the step is Megatron's host path alone
+            runs.append(Run("megatron-tp1-gpt2-124m-b1", "megatron_gpt.py",
+                            ("--tp", "1", *MEGATRON_GPT2_124M, "--batch-size", "1", "--steps",
+                             "10"), env=MEGATRON_ENV, torchrun=True))
         return runs
     if name == "values":
         # issue 13's scripts at realistic sizes: expert parallel (experts split over the
