@@ -24,8 +24,8 @@ GPU time (``top_ops`` of summary.json's compute section), which is where the err
 
 Usages (from the repository root):
 
- 1. Everything (~25 minutes, each case simulated once: counted host time does not vary; the anchor's
-    8 ranks take the longest), table also written to scripts/validate/results/validate_accuracy.txt:
+ 1. Everything (~55 minutes on 2 cores, each case simulated once: counted host time does not
+    vary; the 4-GPU cases and the anchor's 8 ranks take the longest), table also written to scripts/validate/results/validate_accuracy.txt:
       python3 scripts/validate/validate_accuracy.py
  2. Only some cases (regex on "<machine>-<run>"), without overwriting the stored table:
       python3 scripts/validate/validate_accuracy.py --only 'h100x1-llama' --no-save --repeats 1
@@ -35,6 +35,8 @@ Usages (from the repository root):
  4. Regenerate scenarios/accuracy/*.yaml (one per measured run) after new measurements:
       python3 scripts/validate/validate_accuracy.py --write-scenarios
     Rerun one of them by hand: phantora-ns3 scenarios/accuracy/h100x1-gpt2-124m-b8.yaml
+ 5. After new measurements alone, the table again from the runs a previous harness left:
+      python3 scripts/validate/validate_accuracy.py --from-outputs --out out/validate_accuracy
 """
 
 from __future__ import annotations
@@ -597,7 +599,10 @@ def main() -> None:
         print(f"{_num(outcome.simulated_ms, '.2f')} ms vs {case.measured_ms:.2f} ms measured, "
               f"{outcome.wall_s:.0f} s wall" + (f" ({outcome.error})" if outcome.error else ""),
               flush=True)
-    text = report(rows) + f"\n\nharness wall time {time.perf_counter() - start_s:.0f} s"
+    wall = (f"rebuilt from the runs under {args.out}, simulated in "
+            f"{sum(out.wall_s for _, out in rows):.0f} s" if args.from_outputs
+            else f"harness wall time {time.perf_counter() - start_s:.0f} s")
+    text = report(rows) + f"\n\n{wall}"
     print(text)
     if not (args.no_save or args.only or args.reproducible or args.steady):
         (ROOFLINE_RESULT_PATH if args.roofline_anchors else RESULT_PATH).write_text(text + "\n")
