@@ -80,6 +80,12 @@ PEAK_RE = re.compile(r"^rank (\d+): max_memory_allocated ([\d.]+) GiB")
 RESERVED_RE = re.compile(r"^rank (\d+): max_memory_reserved ([\d.]+) GiB")
 
 
+PROCESS_GROUP_SCRIPTS = frozenset({"gpt_ddp.py", "gpt_fsdp2.py", "gpt_fsdp_tp.py", "gpt_tp.py",
+                                   "llama_pp.py", "megatron_gpt.py"})
+"""Examples that join a process group whatever its size (``train_utils.init_distributed``):
+they run under torchrun even as one process (Megatron TP=1 on one GPU)."""
+
+
 @dataclass(frozen=True)
 class Run:
     """One training run: a script of scenarios/examples, its arguments and its process count."""
@@ -94,16 +100,13 @@ class Run:
     runner: tuple[str, ...] = ()
     """A script that runs the example, with its arguments (``record_routing.py --out F --``):
     it comes before the example's path, in one process and under torchrun alike."""
-    torchrun: bool = False
-    """Launch under torchrun even as one process: the script joins a process group whatever
-    its size (Megatron's model-parallel state needs one)."""
 
     def command(self) -> list[str]:
         path = str(EXAMPLES / self.script)
         prefix = ["env", *(f"{key}={value}" for key, value in self.env)] if self.env else []
         if self.name.startswith(PROFILE_PREFIX):
             return [*prefix, sys.executable, __file__, "profile-script", path, *self.args]
-        if self.nproc == 1 and not self.torchrun:
+        if self.nproc == 1 and self.script not in PROCESS_GROUP_SCRIPTS:
             return [*prefix, sys.executable, *self.runner, path, *self.args]
         return [*prefix, sys.executable, "-m", "torch.distributed.run", "--standalone",
                 "--nproc_per_node", str(self.nproc), *self.runner, path, *self.args]
@@ -267,13 +270,13 @@ def suite(name: str, nproc: int = DEFAULT_DIST_NPROC) -> list[Run]:
             megatron = ("--tp", str(nproc), *MEGATRON_GPT2_124M, "--batch-size", "8",
                         "--steps", "10")
             runs += [Run(f"megatron-tp{nproc}{suffix}-gpt2-124m-b8", "megatron_gpt.py",
-                         (*megatron, *flags), nproc=nproc, env=MEGATRON_ENV, torchrun=True)
+                         (*megatron, *flags), nproc=nproc, env=MEGATRON_ENV)
                      for suffix, flags in (("", ()), ("-sp", ("--sequence-parallel",)))]
         if nproc == 1:
             # batch 1: the GPU idles between launches, so the step is Megatron's host path alone
             runs.append(Run("megatron-tp1-gpt2-124m-b1", "megatron_gpt.py",
                             ("--tp", "1", *MEGATRON_GPT2_124M, "--batch-size", "1", "--steps",
-                             "10"), env=MEGATRON_ENV, torchrun=True))
+                             "10"), env=MEGATRON_ENV))
         return runs
     if name == "values":
         # issue 13's scripts at realistic sizes: expert parallel (experts split over the
@@ -308,7 +311,7 @@ def suite(name: str, nproc: int = DEFAULT_DIST_NPROC) -> list[Run]:
             runs.append(Run(f"megatron-tp{max(nproc // 2, 1)}-pp2-gpt2-124m-b8", "megatron_gpt.py",
                             ("--tp", str(max(nproc // 2, 1)), "--pp", "2", *MEGATRON_GPT2_124M,
                              "--batch-size", "8", "--micro-batches", "4", "--steps", "10"),
-                            nproc=nproc, env=MEGATRON_ENV, torchrun=True))
+                            nproc=nproc, env=MEGATRON_ENV))
         return runs
     if name == "profile":
         return [Run(f"{PROFILE_PREFIX}llama-1b-b4", "gpt_single.py",

@@ -25,7 +25,8 @@ GPU time (``top_ops`` of summary.json's compute section), which is where the err
 Usages (from the repository root):
 
  1. Everything (~55 minutes on 2 cores, each case simulated once: counted host time does not
-    vary; the 4-GPU cases and the anchor's 8 ranks take the longest), table also written to scripts/validate/results/validate_accuracy.txt:
+    vary; the 4-GPU cases and the anchor's 8 ranks take the longest), table also written to
+    scripts/validate/results/validate_accuracy.txt:
       python3 scripts/validate/validate_accuracy.py
  2. Only some cases (regex on "<machine>-<run>"), without overwriting the stored table:
       python3 scripts/validate/validate_accuracy.py --only 'h100x1-llama' --no-save --repeats 1
@@ -281,7 +282,11 @@ BUILD_ONLY_ENV = frozenset({"TORCH_CUDA_ARCH_LIST"})
 DeepSpeed would build its ops for."""
 
 
-def run_key(machine: str, command: str) -> tuple[str, str, tuple[str, ...], int, tuple[str, ...]]:
+RunKey = tuple[str, str, tuple[str, ...], int, tuple[str, ...]]
+"""(machine, script, arguments with ``--steps`` blanked, processes, sorted variables)."""
+
+
+def run_key(machine: str, command: str) -> RunKey:
     """What makes two logged runs one workload: the machine kind and the example command
     (:func:`invocation`: script, arguments, processes, variables), whatever the suite named the
     run, whatever ran it (``record_routing.py``, ``time_host_calls.py``), however many steps it
@@ -297,8 +302,9 @@ def measured_cases(root: Path = STEPS_DIR) -> list[Case]:
     workload (:func:`run_key`) in several logs (``<machine>_<script>.<session>.log``: measuring
     sessions, each on another lent host instance) make one case, measured as the median of their
     medians, named after the run name most of its sessions used (two suites may run the same
-    command under two names: ``moe-600m-b4-learned`` and, on one GPU, ``ep-moe-600m-b4-learned``)."""
-    runs: dict[tuple[str, str, tuple[str, ...], int, tuple[str, ...]], list[tuple[Any, Path]]] = {}
+    command under two names: ``moe-600m-b4-learned`` and, on one GPU,
+    ``ep-moe-600m-b4-learned``)."""
+    runs: dict[RunKey, list[tuple[Any, Path]]] = {}
     for machine_dir in sorted(p for p in root.iterdir() if p.is_dir()):
         for log in sorted(machine_dir.glob("*.log")):
             for run in measure_steps.parse_log(log, machine_dir.name):
@@ -404,8 +410,9 @@ def read_outcome(out_dir: Path, case: Case, wall_s: float | None = None) -> Outc
                if op["source"] != HOST_TRANSFER]
     steady = (summary.get("attribution") or {}).get("steady") or {}
     host_share = steady.get("share", {}).get("host_bound")
-    return Outcome(simulated_ms, simulated_gib,
-                   summary["wall_seconds"]["total"] if wall_s is None else wall_s, gpu_ops[:TOP_OPS],
+    if wall_s is None:
+        wall_s = summary["wall_seconds"]["total"]
+    return Outcome(simulated_ms, simulated_gib, wall_s, gpu_ops[:TOP_OPS],
                    host_share=host_share)
 
 

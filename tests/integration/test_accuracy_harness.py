@@ -172,6 +172,10 @@ def test_megatron_runs_under_torchrun_even_on_one_gpu() -> None:
                     if r.script == "megatron_gpt.py")
     assert harness.invocation(shlex.join(megatron.command()))[2] == 1
     assert "torch.distributed.run" in megatron.command()
+    examples = Path(measure_steps.EXAMPLES)
+    assert measure_steps.PROCESS_GROUP_SCRIPTS == {
+        path.name for path in examples.glob("*.py") if "init_distributed()" in path.read_text()
+        and path.name != "train_utils.py"}
 
 
 def test_sessions_own_spread_is_one_session_against_the_others() -> None:
