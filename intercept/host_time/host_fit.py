@@ -5,9 +5,11 @@ real steps of the example scripts at a configuration that is not in the accuracy
 (``scripts/measure/data/host_fit/``), and the harness validates them:
 
 * ``python_cold_factor``: what a line of Python costs inside a training step against the same
-  line run hot in a loop (``scripts/measure/measure_python_work.py``): between two lines the
-  real host ran a kernel launch or the CUDA driver, and the interpreter's caches are cold.
-  Multiplies the weights of ``intercept.host_time.python_work``.
+  line run hot in a loop (``scripts/measure/measure_python_work.py``). Fitted on whole steps, it
+  carries whatever the real host spends there beyond the counted lines and the table's ops; a
+  kernel launch alone does not make the Python after it cost more than hot
+  (``docs/models/host.md``, Known limits). Multiplies the weights of
+  ``intercept.host_time.python_work``.
 * ``tensor_subclass_ns``: DTensor's dispatch of one op beyond the op on its local tensors
   (unwrapping, sharding propagation, wrapping), which the ``dtensor`` rows of the host-cost
   table (one-device mesh, one op repeated) put at ~19 us.

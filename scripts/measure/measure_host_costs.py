@@ -20,6 +20,7 @@ minimum of ``--rounds`` rounds. Families:
 * ``aten.*``: one op each (binding, dispatcher, autograd record where inputs require grad, the
   CUDA kernel launch).
 * ``backward``: the autograd engine per backward node (its kernel launches included).
+* ``layers``: training dropout, and a custom autograd ``Function``'s ``apply`` around one op.
 * ``foreach``: ``torch._foreach_*`` calls against their list length, optimizer ``step()``s
   against their parameter count.
 * ``c10d``: the collective call path (``torch.distributed`` on a one-rank NCCL group: the Python
@@ -321,6 +322,37 @@ def backward_cases(rec: Recorder, dev: torch.device) -> None:
                  calls=4, per=depth)
 
 
+class _ScaleFunction(torch.autograd.Function):
+    """A custom autograd ``Function`` around one op, as frameworks wrap their layers (Megatron's
+    linear layers, its tensor-parallel regions): ``apply``'s own host path against the op's."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x * 2.0
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad * 2.0
+
+
+def layers_cases(rec: Recorder, dev: torch.device) -> None:
+    """Host paths a step takes above or beside one kernel that the ``aten`` families do not hold:
+    training dropout (its philox seed and offset on top of the one kernel) with and without an
+    autograd record, and a custom autograd ``Function`` around one op against the same op
+    recorded by autograd (what ``Function.apply`` adds: its node, context and output wrapping)."""
+    x = torch.randn(1024, 1024, device=dev, dtype=torch.bfloat16)
+    xg = x.clone().requires_grad_()
+    n = 200
+    with torch.no_grad():
+        rec.case("layers", "dropout p=0.1 training bf16 1M",
+                 lambda: F.dropout(x, 0.1, training=True), calls=n)
+    rec.case("layers", "dropout p=0.1 training requires_grad",
+             lambda: F.dropout(xg, 0.1, training=True), calls=n)
+    rec.case("layers", "mul requires_grad", lambda: xg * 2.0, calls=n)
+    rec.case("layers", "custom Function.apply (mul) requires_grad",
+             lambda: _ScaleFunction.apply(xg), calls=n)
+
+
 def foreach_cases(rec: Recorder, dev: torch.device) -> None:
     for count in (1, 8, 32, 128, 512):
         tensors = [torch.ones(4096, device=dev) for _ in range(count)]
@@ -484,8 +516,8 @@ def compiled_cases(rec: Recorder, dev: torch.device) -> None:
                      depth=depth)
 
 
-SECTIONS = (aten_cases, ops_cases, backward_cases, foreach_cases, c10d_cases, framework_cases,
-            graph_cases, compiled_cases, mix_cases)
+SECTIONS = (aten_cases, ops_cases, backward_cases, layers_cases, foreach_cases, c10d_cases,
+            framework_cases, graph_cases, compiled_cases, mix_cases)
 """Every measuring section, in the order they run (``--sections`` picks by name)."""
 
 
@@ -649,8 +681,8 @@ def main() -> None:
                              "the table's ops_ns")
     parser.add_argument("--write", help="with --import-raw: write the table here")
     parser.add_argument("--sections", nargs="+", metavar="NAME",
-                        help="measure only these sections (aten, ops, backward, foreach, c10d, "
-                             "framework, graph, compiled, mix); default all")
+                        help="measure only these sections (aten, ops, backward, layers, foreach, "
+                             "c10d, framework, graph, compiled, mix); default all")
     args = parser.parse_args()
     if args.import_raw:
         with open(args.import_raw) as f:

@@ -39,7 +39,7 @@ from scripts import common  # noqa: E402
 Workload = Callable[[], object]
 
 
-def _module_tree(hooks: bool) -> Workload:
+def _module_tree(hooks: bool, blocks: int = 12) -> Workload:
     import torch.nn as nn
 
     class Leaf(nn.Module):
@@ -74,7 +74,7 @@ def _module_tree(hooks: bool) -> Workload:
     class Model(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.blocks = nn.ModuleList(Block() for _ in range(12))
+            self.blocks = nn.ModuleList(Block() for _ in range(blocks))
             self.head = Leaf(1.0)
 
         def forward(self, x: float) -> float:
@@ -96,9 +96,9 @@ def _module_tree(hooks: bool) -> Workload:
     return lambda: model(1.0)
 
 
-def _optimizer_loop() -> Workload:
-    groups = [{"params": [{"step": 0, "lr": 1e-3} for _ in range(16)], "lr": 1e-3,
-               "betas": (0.9, 0.95), "weight_decay": 0.1} for _ in range(8)]
+def _optimizer_loop(params: int = 16, group_count: int = 8) -> Workload:
+    groups = [{"params": [{"step": 0, "lr": 1e-3} for _ in range(params)], "lr": 1e-3,
+               "betas": (0.9, 0.95), "weight_decay": 0.1} for _ in range(group_count)]
 
     def step() -> None:
         for group in groups:
@@ -196,16 +196,21 @@ def count(workload: Workload) -> tuple[int, int]:
     return lines, calls - 1  # the workload's own entry is the caller's call
 
 
-def time_ns(workload: Workload, rounds: int, repeats: int) -> float:
-    """Thread CPU ns per run: the fastest of ``rounds`` rounds of ``repeats`` runs."""
+def time_ns(workload: Workload, rounds: int, repeats: int,
+            before_round: Callable[[], object] = lambda: None,
+            after_round: Callable[[], object] = lambda: None) -> float:
+    """Thread CPU ns per run: the fastest of ``rounds`` rounds of ``repeats`` runs, each round
+    between ``before_round`` and ``after_round`` (untimed)."""
     for _ in range(repeats):
         workload()
     best = math.inf
     for _ in range(rounds):
+        before_round()
         start = time.thread_time_ns()
         for _ in range(repeats):
             workload()
         best = min(best, (time.thread_time_ns() - start) / repeats)
+        after_round()
     return best
 
 
@@ -221,6 +226,56 @@ def measure(rounds: int, repeats: int) -> dict[str, Any]:
                            "cpu": common.cpu_model(), "rounds": rounds, "repeats": repeats,
                            "date": time.strftime("%Y-%m-%d", time.gmtime())},
             "rows": rows}
+
+
+AFTER_LAUNCH_SIZES: dict[str, tuple[Callable[[int], Workload], tuple[int, ...]]] = {
+    "optimizer_loop": (lambda n: _optimizer_loop(params=n, group_count=1),
+                       (1, 2, 4, 8, 16, 32, 64, 128, 512)),
+    "module_tree": (lambda n: _module_tree(hooks=False, blocks=n), (1, 2, 4, 12, 48)),
+}
+"""Training-like workloads at growing sizes (parameters of one group, transformer blocks), for
+:func:`measure_after_launch`."""
+
+
+def measure_after_launch(rounds: int, repeats: int) -> list[dict[str, Any]]:
+    """What Python costs right after a kernel launch against run hot, by how much of it runs
+    before the next launch: each workload of :data:`AFTER_LAUNCH_SIZES` timed alone (hot) and
+    each run after one launch (an ``add_`` of 16 floats, the GPU held busy behind a sleep so that
+    no launch waits; a round whose sleep had ended is an error), less the launch alone. Needs a
+    CUDA GPU."""
+    import torch
+
+    x = torch.ones(16, device="cuda")
+    torch.cuda.synchronize()
+
+    def busy() -> None:
+        torch.cuda._sleep(100_000_000)  # ~50 ms: longer than any round
+
+    def drained() -> None:
+        if torch.cuda.current_stream().query():
+            raise RuntimeError("the GPU drained during a round: the launches may have waited")
+        torch.cuda.synchronize()
+
+    def launch() -> None:
+        x.add_(1.0)
+
+    launch_ns = time_ns(launch, rounds, repeats, busy, drained)
+    rows = []
+    for name, (make, sizes) in AFTER_LAUNCH_SIZES.items():
+        for size in sizes:
+            workload = make(size)
+            lines, calls = count(workload)
+            hot = time_ns(workload, rounds, repeats)
+            after = time_ns(lambda w=workload: (launch(), w()), rounds, repeats, busy,
+                            drained) - launch_ns
+            rows.append({"workload": name, "size": size, "lines": lines, "calls": calls,
+                         "hot_ns": round(hot), "after_launch_ns": round(after),
+                         "launch_ns": round(launch_ns)})
+            print(f"{name:16s} x{size:<4d} {lines:6d} lines {calls:5d} calls: hot "
+                  f"{hot / 1000:8.2f} us, after a launch {after / 1000:8.2f} us "
+                  f"({after / hot:.2f}x)", flush=True)
+    torch.cuda.synchronize()
+    return rows
 
 
 def fit(rows: list[dict[str, Any]]) -> tuple[float, float]:
@@ -246,12 +301,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--json", type=Path, help="write the raw record here")
+    parser.add_argument("--after-launch", action="store_true",
+                        help="also time the training-like workloads right after a kernel "
+                             "launch, by size (needs a CUDA GPU; the record's after_launch)")
     parser.add_argument("--fit", type=Path, nargs="+", metavar="RECORD",
                         help="fit the weights to these raw records, counting here")
     parser.add_argument("--write", type=Path, help="with --fit: write the weights here")
     args = parser.parse_args()
     if not args.fit:
         record = measure(args.rounds, args.repeats)
+        if args.after_launch:
+            record["after_launch"] = measure_after_launch(args.rounds, args.repeats)
         if args.json:
             args.json.write_text(json.dumps(record, indent=1) + "\n")
         return
