@@ -10,7 +10,9 @@ Each workload is plain Python of the kinds a training script runs between two GP
 optimizer-like loop over parameter groups, logging, small helper calls, arithmetic loops. None
 touches a tensor, so the time is all interpreter. Per workload: its lines and calls as a trace
 function counts them (``sys.settrace``, one traced run), and its untraced CPU time (the thread's,
-the fastest of ``--rounds`` rounds after a warm-up).
+the fastest of ``--rounds`` rounds after a warm-up). With ``--after-launch`` (a CUDA GPU), also
+the training-like workloads at growing sizes right after one kernel launch against hot
+(``after_launch`` in the record): whether a launch leaves the Python after it cold.
 
 Then, here (the simulator's Python and torch, whose counts the weights apply to):
 
