@@ -293,9 +293,14 @@ def resolve_owner(name: str) -> tuple[Any, str]:
     prefix, then attributes (``torch.Tensor.float`` -> ``(torch.Tensor, "float")``)."""
     parts = name.split(".")
     for split in range(len(parts) - 1, 0, -1):
+        module = ".".join(parts[:split])
         try:
-            owner: Any = importlib.import_module(".".join(parts[:split]))
-        except ImportError:
+            owner: Any = importlib.import_module(module)
+        except ImportError as exc:
+            if exc.name is not None and not module.startswith(exc.name):
+                # the module exists but one of its own imports does not: say which
+                raise SystemExit(f"--functions: {name!r}: importing it needs {exc.name!r}, "
+                                 f"which failed to import ({exc}); install it") from exc
             continue
         try:
             for attribute in parts[split:-1]:

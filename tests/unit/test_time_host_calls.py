@@ -87,6 +87,16 @@ def test_a_function_name_that_does_not_resolve_is_named() -> None:
         time_host_calls.resolve_owner("torch.no_such_function")
 
 
+def test_a_module_whose_own_import_fails_is_named_with_what_it_lacks(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    package = tmp_path / "needs_missing"
+    package.mkdir()
+    (package / "__init__.py").write_text("import no_such_dependency_xyz\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(SystemExit, match="needs 'no_such_dependency_xyz'"):
+        time_host_calls.resolve_owner("needs_missing.Engine.forward")
+
+
 def test_a_wait_on_the_gpu_is_timed_and_left_out_of_the_fit(tmp_path: Path) -> None:
     class OnGpu:
         is_cuda = True
