@@ -297,7 +297,7 @@ def resolve_owner(name: str) -> tuple[Any, str]:
         try:
             owner: Any = importlib.import_module(module)
         except ImportError as exc:
-            if exc.name is not None and not module.startswith(exc.name):
+            if exc.name is not None and not (module + ".").startswith(exc.name + "."):
                 # the module exists but one of its own imports does not: say which
                 raise SystemExit(f"--functions: {name!r}: importing it needs {exc.name!r}, "
                                  f"which failed to import ({exc}); install it") from exc

@@ -95,6 +95,12 @@ def test_a_module_whose_own_import_fails_is_named_with_what_it_lacks(
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(SystemExit, match="needs 'no_such_dependency_xyz'"):
         time_host_calls.resolve_owner("needs_missing.Engine.forward")
+    # a missing dependency whose name merely begins the module's is still named
+    (package / "__init__.py").write_text("import needs\n")
+    for name in [n for n in sys.modules if n.startswith("needs_missing")]:
+        del sys.modules[name]
+    with pytest.raises(SystemExit, match="needs 'needs'"):
+        time_host_calls.resolve_owner("needs_missing.Engine.forward")
 
 
 def test_a_wait_on_the_gpu_is_timed_and_left_out_of_the_fit(tmp_path: Path) -> None:
