@@ -24,7 +24,9 @@ the attention heads N ways: GPT-2 124M (12 heads) runs at 2 and 4, GPT-2 350M (1
 where it is N.
 
 Each run is appended to ``<out>/<machine>_<script>.log`` between ``=== RUN name: command`` and
-``=== EXIT name: rc`` lines (then ``=== WALL name: seconds``; a run left out because
+``=== EXIT name: rc`` lines (then ``=== WALL name: seconds``, and with ``--host-watch`` the
+host's speed during the run, ``=== HOST name: <factor> of <reference> (...)``, from
+``host_watch.py`` running beside the runs; a run left out because
 ``--budget-s`` was spent gets ``=== SKIP name: reason`` instead); the CI scenarios' runs take
 their arguments from the scenario YAML so the measurement follows the scenario if it changes. Runs named ``profile-*`` (suite
 ``profile``) run a script under ``torch.profiler`` (verb ``profile-script``) and append its
@@ -75,6 +77,7 @@ _GPU_MODEL_RE = re.compile(r"\b([A-Za-z]+\d+)")
 
 RUN_RE = re.compile(r"^=== RUN (\S+): (.*)$")
 EXIT_RE = re.compile(r"^=== EXIT (\S+): (-?\d+)$")
+HOST_RE = re.compile(r"^=== HOST (\S+): ([\d.]+) of (\S+)")
 STEP_RE = re.compile(r"^step (\d+)/(\d+) \|.*\| ([\d.]+) ms(?: \(gpu ([\d.]+) ms\))?")
 PEAK_RE = re.compile(r"^rank (\d+): max_memory_allocated ([\d.]+) GiB")
 RESERVED_RE = re.compile(r"^rank (\d+): max_memory_reserved ([\d.]+) GiB")
@@ -415,11 +418,49 @@ def execute_single_gpu_runs(runs: list[Run], out: Path, machine: str, gpus: int,
         thread.join()
 
 
+HOST_WATCH = Path(__file__).resolve().with_name("host_watch.py")
+
+
+class HostWatcher:
+    """``host_watch.py`` running beside the runs (``<out>/<machine>_host_watch.jsonl``), and the
+    ``=== HOST`` line of a run from its rounds."""
+
+    def __init__(self, out: Path, machine: str) -> None:
+        from phantora.calibration.host_references import references
+
+        match = MACHINE_RE.match(machine)
+        self.reference = references().for_gpu(match.group("gpu") if match else machine)
+        self.path = out / f"{machine}_host_watch.jsonl"
+        self._proc = subprocess.Popen([sys.executable, str(HOST_WATCH), "--out", str(self.path)],
+                                      env={**os.environ, **SAFE_ENV}, cwd=REPO,
+                                      start_new_session=True)
+
+    def line(self, run: str, start_t: float, end_t: float) -> str:
+        """The run's ``=== HOST`` line (``time.time()`` span), or one saying no round fell in
+        it."""
+        from scripts.measure.host_watch import read_watch, speed_during
+
+        speed = (speed_during(read_watch(self.path), start_t, end_t, self.reference)
+                 if self.path.exists() else None)
+        if speed is None:
+            return f"=== HOST {run}: no round of {self.path.name} inside the run"
+        return speed.log_line(run, self.reference.name)
+
+    def stop(self) -> None:
+        self._proc.terminate()
+        try:
+            self._proc.wait(timeout=KILL_GRACE_S)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+
 def execute(runs: list[Run], out: Path, machine: str, budget_s: float | None = None,
-            run_timeout_s: float = RUN_TIMEOUT_S) -> None:
+            run_timeout_s: float = RUN_TIMEOUT_S, watcher: HostWatcher | None = None) -> None:
     """Run each in turn, appending its whole output to the log of its script. With
     ``budget_s``, no run starts after that many seconds and a run still going then is ended
-    (rc 124): the whole call ends within the budget plus ``KILL_GRACE_S``."""
+    (rc 124): the whole call ends within the budget plus ``KILL_GRACE_S``. With ``watcher``,
+    each run's log ends with the host's speed during it."""
     env = {**os.environ, **SAFE_ENV}
     started_s = time.monotonic()
     for run in runs:
@@ -432,12 +473,16 @@ def execute(runs: list[Run], out: Path, machine: str, budget_s: float | None = N
                 continue
             log.write(f"=== RUN {run.name}: {shlex.join(command)}\n")
             log.flush()
-            start_s = time.monotonic()
+            start_s, start_t = time.monotonic(), time.time()
             timeout_s = run_timeout_s if left_s is None else min(run_timeout_s, left_s)
             rc = run_in_group(command, log, env, timeout_s)
             wall_s = time.monotonic() - start_s
             log.write(f"=== EXIT {run.name}: {rc}\n=== WALL {run.name}: {wall_s:.1f} s\n")
-            print(f"{run.name}: rc {rc}, {wall_s:.0f} s wall", flush=True)
+            host = watcher.line(run.name, start_t, time.time()) if watcher else ""
+            if host:
+                log.write(host + "\n")
+            print(f"{run.name}: rc {rc}, {wall_s:.0f} s wall{'; ' + host[4:] if host else ''}",
+                  flush=True)
 
 
 PROFILE_RUNNER = Path(__file__).resolve().with_name("profile_run.py")
@@ -504,6 +549,9 @@ class Result:
     """Largest ``max_memory_allocated`` printed (over ranks, where several print)."""
     reserved_gib: float | None = None
     """Largest ``max_memory_reserved`` printed (logs from before it was printed: None)."""
+    host_speed: float | None = None
+    """The host's speed during the run against its reference (``=== HOST``, ``--host-watch``;
+    None where the run was not watched)."""
 
     @cached_property
     def profiled(self) -> bool:
@@ -545,6 +593,8 @@ def parse_log(path: Path, machine: str) -> list[Result]:
             continue
         elif match := EXIT_RE.match(line):
             current.rc = int(match.group(2))
+        elif match := HOST_RE.match(line):
+            current.host_speed = float(match.group(2))
         else:
             current.read(line)
     return results
@@ -630,6 +680,9 @@ def main(argv: list[str] | None = None) -> None:
                           "per rank in <calls-dir>/<machine>_<run>/; '{machine}' is replaced")
     run.add_argument("--time-modules", action="store_true",
                      help="with --calls-dir: also time each nn.Module's forward")
+    run.add_argument("--host-watch", action="store_true",
+                     help="run host_watch.py beside the runs (one benchmark round every "
+                          "0.25 s) and end each run's log with the host's speed during it")
     run.add_argument("--single-side-by-side", action="store_true",
                      help="run the one-GPU runs first, one per visible GPU at a time")
     run.add_argument("--dry-run", action="store_true",
@@ -672,7 +725,12 @@ def main(argv: list[str] | None = None) -> None:
                                     args.budget_s, args.run_timeout_s)
             runs = [r for r in runs if r.nproc > 1]
         left_s = (args.budget_s - (time.monotonic() - started_s)) if args.budget_s else None
-        execute(runs, out, machine, left_s, args.run_timeout_s)
+        watcher = HostWatcher(out, machine) if args.host_watch else None
+        try:
+            execute(runs, out, machine, left_s, args.run_timeout_s, watcher)
+        finally:
+            if watcher:
+                watcher.stop()
     elif args.verb == "machine":
         names = visible_gpu_names()
         if not names:
