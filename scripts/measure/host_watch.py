@@ -17,6 +17,7 @@ Needs only torch and the standard library (the device machines' own Python).
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import signal
 import statistics
@@ -85,9 +86,12 @@ def read_ticks() -> tuple[int | None, int | None]:
 
 
 def read_watch(path: Path) -> list[Reading]:
-    """The rounds a watch wrote (a line cut short by its end is skipped)."""
+    """The rounds a watch wrote, plain or gzipped (``.gz``; a line cut short by its end is
+    skipped)."""
+    raw = path.read_bytes()
+    text = (gzip.decompress(raw) if path.suffix == ".gz" else raw).decode()
     readings = []
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         try:
             data = json.loads(line)
         except json.JSONDecodeError:

@@ -1,13 +1,14 @@
 """The host-speed watch beside real runs (``scripts/measure/host_watch.py``) and the ``=== HOST``
 line ``measure_steps.py run --host-watch`` writes from it."""
 
+import gzip
 import json
 from pathlib import Path
 
 import pytest
 
 from phantora.calibration.host_references import references
-from scripts.measure import host_watch, measure_steps
+from scripts.measure import host_cpu_scan, host_speed_effect, host_watch, measure_steps
 from tests.unit.test_validation_scripts import ShellRun
 
 STAT = ("cpu  100 0 50 800 10 0 5 35 0 0\n"
@@ -69,3 +70,41 @@ def test_a_watched_run_ends_its_log_with_the_host_speed(tmp_path: Path) -> None:
     text = (tmp_path / "h200x1_gpt_single.log").read_text()
     assert "=== HOST quiet: no round of none inside the run" in text
     assert measure_steps.parse_log(tmp_path / "h200x1_gpt_single.log", "h200x1")[1].host_speed is None
+
+
+def test_a_gzipped_watch_reads_as_the_plain_one(tmp_path: Path) -> None:
+    lines = "\n".join(json.dumps({"t": t, "ns": {"calls": 5}, "cpu_ticks": 9}) for t in (1, 2))
+    (tmp_path / "w.jsonl").write_text(lines + "\n")
+    (tmp_path / "w.jsonl.gz").write_bytes(gzip.compress(lines.encode()))
+    plain = host_watch.read_watch(tmp_path / "w.jsonl")
+    assert host_watch.read_watch(tmp_path / "w.jsonl.gz") == plain
+    assert [r.t for r in plain] == [1.0, 2.0] and plain[0].steal_ticks is None
+
+
+def test_fast_cpus_are_those_near_the_best_median() -> None:
+    factors = {0: [0.45, 0.9, 0.44], 1: [0.9, 0.92, 0.4], 2: [0.95, 0.93, 0.5], 3: [0.3, 0.3, 0.3]}
+    assert host_cpu_scan.fast_cpus(factors, within=0.1) == [1, 2]
+    assert host_cpu_scan.fast_cpus(factors, within=0.6) == [0, 1, 2]
+
+
+def watched(workload: str, speed: float, step_ms: float) -> host_speed_effect.WatchedRun:
+    return host_speed_effect.WatchedRun("h200x1", workload, "x.log", speed, step_ms)
+
+
+def test_the_host_speed_fit_pools_workloads_around_their_own_means() -> None:
+    # step = size * speed**-0.5 exactly, for two workloads 10x apart in size
+    runs = [watched(w, s, size * s ** -0.5) for w, size in (("a", 10.0), ("b", 100.0))
+            for s in (0.4, 0.6, 0.9)]
+    fit = host_speed_effect.within_workload_fit(runs + [watched("alone", 0.5, 3.0)])
+    assert fit is not None and (fit.runs, fit.workloads) == (6, 2)
+    assert fit.slope == pytest.approx(-0.5) and fit.r == pytest.approx(-1.0)
+    flat = [watched(w, 0.5, 10.0 + i) for w in "ab" for i in range(2)]  # speeds do not vary
+    assert host_speed_effect.within_workload_fit(flat) is None
+    assert "too few watched runs" in host_speed_effect.table(runs[:2])
+
+
+def test_the_stored_watched_runs_are_found_and_fitted() -> None:
+    runs = host_speed_effect.watched_runs(host_speed_effect.STEPS, "h200x1")
+    assert len(runs) >= 20 and all(0 < r.host_speed < 2 and r.step_ms > 0 for r in runs)
+    fit = host_speed_effect.within_workload_fit(runs)
+    assert fit is not None and -1.0 < fit.slope < 0  # a slower host, a longer step
