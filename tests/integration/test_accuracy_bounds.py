@@ -58,11 +58,11 @@ HOST_BOUND_STEP_BOUNDS = (11.0, 31.3)
 """README: (mean, max) |step error| in % over the CI-sized host-bound workloads (``ci-`` in the
 case's name: a tiny GPT single, DDP, FSDP2 and TP, the tiny MoE on H100 and on H200 replaying
 their runs' routing traces) with counted host time, the default; deterministic on one rank, so
-one simulation each (the mean is 10.94% over eight cases; the bound, 11.0 rounded up to 11.05,
+one simulation each (the mean is 10.96% over eight cases; the bound, 11.0 rounded up to 11.05,
 leaves 0.1 point for the two-rank runs, which move the mean by hundredths of a point between runs).
 The max is the tiny GPT on 1xH100 (+31.3%: its three stored sessions span 9.5-13.8 ms, a
-fourth host that day ran it at 16.8 ms); next are the tiny GPT on 1xH200 (-23.5%: three sessions
-on three instances, 12.7-16.7 ms) and the tiny FSDP2 on 2xH200 (-13.1%)."""
+fourth host that day ran it at 16.8 ms); next are the tiny GPT on 1xH200 (-23.7%: six sessions
+on five instances, 12.7-18.3 ms) and the tiny FSDP2 on 2xH200 (-13.1%)."""
 
 
 def _rounded_up(value: float) -> float:
