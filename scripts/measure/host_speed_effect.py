@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
 from scripts.common import REPO  # noqa: E402
-from scripts.measure.measure_steps import parse_log  # noqa: E402
+from scripts.measure.measure_steps import stored_runs  # noqa: E402
 
 STEPS = REPO / "scripts" / "data" / "steps"
 
@@ -46,16 +46,10 @@ class Fit:
 
 def watched_runs(root: Path, machine: str | None = None) -> list[WatchedRun]:
     """Every run under ``root/<machine>/*.log`` with both a host reading and measured steps."""
-    runs = []
-    for machine_dir in sorted(p for p in root.iterdir() if p.is_dir()):
-        if machine and machine_dir.name != machine:
-            continue
-        for log in sorted(machine_dir.glob("*.log")):
-            for result in parse_log(log, machine_dir.name):
-                if result.host_speed and result.median_ms:
-                    runs.append(WatchedRun(machine_dir.name, result.name, log.name,
-                                           result.host_speed, result.median_ms))
-    return runs
+    return [WatchedRun(result.machine, result.name, log.name, result.host_speed, result.median_ms)
+            for log, result in stored_runs(root)
+            if (machine is None or result.machine == machine)
+            and result.host_speed and result.median_ms]
 
 
 def within_workload_fit(runs: list[WatchedRun]) -> Fit | None:
@@ -75,12 +69,10 @@ def within_workload_fit(runs: list[WatchedRun]) -> Fit | None:
         y = [math.log(run.step_ms) for run in group]
         xs += [v - statistics.mean(x) for v in x]
         ys += [v - statistics.mean(y) for v in y]
-    sxx = sum(v * v for v in xs)
-    syy = sum(v * v for v in ys)
-    if kept < 2 or sxx == 0 or syy == 0:
+    if kept < 2 or len(set(xs)) < 2 or len(set(ys)) < 2:
         return None
-    sxy = sum(a * b for a, b in zip(xs, ys))
-    return Fit(sxy / sxx, sxy / math.sqrt(sxx * syy), len(xs), kept)
+    slope = statistics.linear_regression(xs, ys, proportional=True).slope  # centred: no intercept
+    return Fit(slope, statistics.correlation(xs, ys), len(xs), kept)
 
 
 def table(runs: list[WatchedRun]) -> str:

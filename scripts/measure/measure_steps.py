@@ -46,6 +46,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -600,6 +601,15 @@ def parse_log(path: Path, machine: str) -> list[Result]:
     return results
 
 
+def stored_runs(root: Path) -> Iterator[tuple[Path, Result]]:
+    """Every run of every ``<machine>/*.log`` under ``root``, with the log it is in, in path
+    order."""
+    for machine_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        for log in sorted(machine_dir.glob("*.log")):
+            for result in parse_log(log, machine_dir.name):
+                yield log, result
+
+
 def parse_output(texts: list[str], machine: str, name: str) -> Result:
     """What the ranks of one run printed (e.g. the simulator's rank logs), read as one run."""
     result = Result(machine, name, command="")
@@ -640,14 +650,12 @@ def summarize(root: Path) -> str:
     """A markdown table over every ``<machine>/*.log`` under root."""
     rows = [("| machine | run | rc | steps | median wall ms | median gpu ms | peak GiB (max rank) "
              "| reserved GiB |"), "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for machine_dir in sorted(p for p in root.iterdir() if p.is_dir()):
-        for log in sorted(machine_dir.glob("*.log")):
-            for res in parse_log(log, machine_dir.name):
-                steps = f"{FIRST_MEASURED_STEP}..{FIRST_MEASURED_STEP + len(res.steps_ms) - 1}"
-                rows.append(f"| {res.machine} | {res.name} | {res.rc} | "
-                            f"{steps if res.steps_ms else 'none'} | {_median(res.steps_ms)} | "
-                            f"{_median(res.gpu_ms)} | {_gib(res.peak_gib)} | "
-                            f"{_gib(res.reserved_gib)} |")
+    for _, res in stored_runs(root):
+        steps = f"{FIRST_MEASURED_STEP}..{FIRST_MEASURED_STEP + len(res.steps_ms) - 1}"
+        rows.append(f"| {res.machine} | {res.name} | {res.rc} | "
+                    f"{steps if res.steps_ms else 'none'} | {_median(res.steps_ms)} | "
+                    f"{_median(res.gpu_ms)} | {_gib(res.peak_gib)} | "
+                    f"{_gib(res.reserved_gib)} |")
     return "\n".join(rows)
 
 

@@ -9,8 +9,8 @@ simulator alike (every clock read there is virtual time).
 
 Rows (us, the median of ``ROUNDS`` rounds): ``forward <kind>`` per op with grad recording,
 ``no-grad <kind>`` per op without, ``backward <kind>`` per node the chain's backward runs
-(``nodes``: how many; a view costs the engine's own work and a view, a cast or a scaling that
-and one kernel). The real rows against the simulated ones say whether the simulator's charge
+(``nodes``: how many; a view's node costs the engine's own work and the view, a cast's or a
+scaling's that and one kernel). The real rows against the simulated ones say whether the simulator's charge
 per backward node (``autograd_node`` in ``docs/models/host.md``) holds for each kind.
 """
 

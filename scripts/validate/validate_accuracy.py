@@ -306,13 +306,11 @@ def measured_cases(root: Path = STEPS_DIR) -> list[Case]:
     command under two names: ``moe-600m-b4-learned`` and, on one GPU,
     ``ep-moe-600m-b4-learned``)."""
     runs: dict[RunKey, list[tuple[Any, Path]]] = {}
-    for machine_dir in sorted(p for p in root.iterdir() if p.is_dir()):
-        for log in sorted(machine_dir.glob("*.log")):
-            for run in measure_steps.parse_log(log, machine_dir.name):
-                if (run.rc != 0 or run.median_ms is None
-                        or run.name.startswith(measure_steps.PROFILE_PREFIX)):
-                    continue
-                runs.setdefault(run_key(run.machine, run.command), []).append((run, log))
+    for log, run in measure_steps.stored_runs(root):
+        if (run.rc != 0 or run.median_ms is None
+                or run.name.startswith(measure_steps.PROFILE_PREFIX)):
+            continue
+        runs.setdefault(run_key(run.machine, run.command), []).append((run, log))
     cases = []
     for sessions in runs.values():
         names = [run.name for run, _ in sessions]
