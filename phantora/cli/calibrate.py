@@ -18,8 +18,9 @@ SHOWN_LEFT_OUT = 3
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("profiles", type=Path, nargs="+", metavar="PROFILE",
-                        help="Kineto traces (.json or .json.gz) of any scripts on one GPU, "
-                             "recorded with record_shapes=True (scripts/measure/profile_run.py)")
+                        help="Kineto traces (.json or .json.gz) of any scripts on one GPU: "
+                             "torch.profiler.profile(activities=[CPU, CUDA], record_shapes=True) "
+                             "around the script's steps, then export_chrome_trace")
     parser.add_argument("--gpu", required=True, metavar="NAME",
                         help=f"the catalogue GPU the traces ran on: {', '.join(sorted(CATALOGUE))}")
     parser.add_argument("--out", type=Path, required=True, metavar="FILE",

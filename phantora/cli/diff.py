@@ -8,14 +8,16 @@ from rich.console import Console
 
 from phantora.diff.compare import compare, write_diff
 from phantora.diff.simulated import read_run
-from phantora.diff.table import diff_tables
+from phantora.diff.table import diff_notes, diff_tables
 from phantora.profiles.kineto import read_trace
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", type=Path, nargs="+", metavar="REAL_TRACE... RUN_DIR",
-                        help="one Kineto trace per rank (.json or .json.gz, from "
-                             "scripts/measure/profile_run.py), then a live run's output folder")
+                        help="one Kineto trace per rank (.json or .json.gz: "
+                             "torch.profiler.profile(activities=[CPU, CUDA], record_shapes=True) "
+                             "around the training loop, then export_chrome_trace; stepped with "
+                             "prof.step() or not), then a live run's output folder")
     parser.add_argument("--out", type=Path, default=None, metavar="DIR",
                         help="folder for diff.json (default: RUN_DIR)")
     parser.add_argument("--against", choices=("same", "steady"), default="same",
@@ -32,6 +34,8 @@ def run_diff(args: argparse.Namespace, console: Console) -> int:
     diff = compare(traces, run, args.against)
     for table in diff_tables(diff, title=run_dir.name):
         console.print(table)
+    for line in diff_notes(diff):
+        console.print(line, highlight=False)
     path = write_diff(diff.document(), args.out or run_dir)
     console.print(f"wrote {path}", highlight=False)
     return 0

@@ -2,10 +2,12 @@
 kernel family, collectives by op and size, GPU idle and exposed communication, and the buckets
 that diverge most (``docs/diff.md`` defines every number).
 
-Each real step (``ProfilerStep#N``, which covers training step N + 1) is compared with the
-simulated step of the same index, or with the mean of the simulated steady steps (all but the
-first) where that step is missing or asked for. A trace of another run is refused: another
-rank count, no profiled steps, or matrix-product shapes the simulated run mostly lacks.
+Each real step (``ProfilerStep#N``, or in a whole-run trace the window from one optimizer step's
+end to the next's; either covers training step N + 1) is compared with the simulated step of
+the same index, or with the mean of the simulated steady steps (all but the first) where that
+step is missing or asked for. Beside each, an estimate of what the profiler itself added to the
+real step's host time. A trace of another run is refused: another rank count, no steps, or
+matrix-product shapes the simulated run mostly lacks.
 """
 
 import json
@@ -31,6 +33,16 @@ ROUTED_SHAPES = 3
 to follow the data (a learned router's token counts), not the script's configuration."""
 TOP_DIVERGENCES = 10
 IDLE_BUCKET = "GPU idle"
+PROFILER_NS_PER_EVENT = 4_000
+"""Host time the profiler adds per host event it records (a CPU op, nested ones included, or a
+CUDA runtime or driver call), rounded: the median (4.4 us) over the 16 one-H100 traces of
+``scripts/data/traces/h100x1/`` of (the profiled step - the same script's unprofiled median
+step, ``scripts/data/steps/h100x1/``) / the step's host events. The cases range from 2.5 to
+12 us, 28 us on the 0.5M-parameter CI model: good to a factor of 2 to 3
+(``scripts/measure/fit_profiler_cost.py`` prints them)."""
+HOST_BOUND_IDLE_SHARE = 0.5
+"""A real step whose GPU idles for at least this share of it is host-bound under the
+profiler: its length is mostly host time, which the profiler lengthens."""
 
 Against = Literal["same", "steady"]
 
@@ -78,6 +90,32 @@ class StepMetrics:
                                     key=lambda item: _collective_order(item[0]))]}
 
 
+@dataclass(frozen=True)
+class ProfilerCost:
+    """What the profiler itself added to a real step (or the mean of several): the host events
+    it recorded and the host time they cost, as far as it lengthened the step."""
+
+    cpu_ops: float
+    runtime_calls: float
+    inflation_ns: float
+    """Events x :data:`PROFILER_NS_PER_EVENT`, at most the step's GPU idle: host time lengthens
+    a step only where the GPU waits for the host."""
+    host_bound: bool
+    """GPU idle is at least :data:`HOST_BOUND_IDLE_SHARE` of the step."""
+
+    def as_json(self) -> dict[str, Any]:
+        return {"cpu_ops": round(self.cpu_ops, 1), "runtime_calls": round(self.runtime_calls, 1),
+                "inflation_ns": round(self.inflation_ns), "host_bound": self.host_bound}
+
+
+def profiler_cost(cpu_ops: float, runtime_calls: float, real: StepMetrics) -> ProfilerCost:
+    """The profiler's estimated cost in a real step that recorded these host events."""
+    return ProfilerCost(
+        cpu_ops, runtime_calls,
+        min((cpu_ops + runtime_calls) * PROFILER_NS_PER_EVENT, real.gpu_idle_ns),
+        real.gpu_idle_ns >= HOST_BOUND_IDLE_SHARE * real.step_ns)
+
+
 @dataclass
 class StepComparison:
     rank: int
@@ -89,6 +127,7 @@ class StepComparison:
     """``same step`` or ``mean of steady steps``."""
     real: StepMetrics
     sim: StepMetrics
+    profiler: ProfilerCost
 
 
 def measure_step(activities: Sequence[Activity], start_ns: int, end_ns: int) -> StepMetrics:
@@ -166,6 +205,13 @@ class Diff:
         return (mean_metrics([c.real for c in self.steps]),
                 mean_metrics([c.sim for c in self.steps]))
 
+    def mean_profiler_cost(self) -> ProfilerCost:
+        """The profiler's cost in the mean real step."""
+        n = len(self.steps)
+        return profiler_cost(sum(c.profiler.cpu_ops for c in self.steps) / n,
+                             sum(c.profiler.runtime_calls for c in self.steps) / n,
+                             self.mean()[0])
+
     def document(self) -> dict[str, Any]:
         """``diff.json``: every compared step, and their mean (``docs/diff.md``)."""
         real, sim = self.mean()
@@ -173,14 +219,17 @@ class Diff:
             "schema_version": SCHEMA_VERSION, "run_dir": str(self.run.path),
             "world_size": self.run.world_size, "against": self.against,
             "traces": [{"path": str(t.path), "rank": rank, "device": t.device_name,
-                        "profiled_steps": t.step_numbers}
+                        "step_cut": t.step_cut, "profiled_steps": t.step_numbers}
                        for t, rank in zip(self.traces, self.ranks)],
             "steps": [{"rank": c.rank, "sim_rank": c.sim_rank, "real_step": c.real_step,
                        "training_step": c.real_step + 1, "sim_steps": c.sim_steps,
                        "match": c.match, **_side_by_side(c.real, c.sim),
-                       "real": c.real.as_json(), "sim": c.sim.as_json(),
+                       "profiler": c.profiler.as_json(), "real": c.real.as_json(),
+                       "sim": c.sim.as_json(),
                        "divergences": divergences(c.real, c.sim)} for c in self.steps],
-            "mean": {**_side_by_side(real, sim), "families": family_rows(real, sim),
+            "mean": {**_side_by_side(real, sim),
+                     "profiler": self.mean_profiler_cost().as_json(),
+                     "families": family_rows(real, sim),
                      "collectives": collective_rows(real, sim),
                      "divergences": divergences(real, sim)},
         }
@@ -201,9 +250,10 @@ def compare(traces: Sequence[RankTrace], run: SimulatedRun, against: Against = "
             chosen, match = _sim_steps(sim_steps, number + 1, against)
             sim = mean_metrics([measure_step(run.activities[sim_rank], s, e)
                                 for _, s, e in chosen])
+            measured = measure_step(real, start, end)
             comparisons.append(StepComparison(
-                rank, sim_rank, number, [step for step, _, _ in chosen], match,
-                measure_step(real, start, end), sim))
+                rank, sim_rank, number, [step for step, _, _ in chosen], match, measured, sim,
+                profiler_cost(*trace.host_events(start, end), measured)))
     return Diff(traces, ranks, run, against, comparisons)
 
 
@@ -261,9 +311,10 @@ def check_traces(traces: Sequence[RankTrace], run: SimulatedRun) -> list[int]:
             raise ProfileError(f"{trace.path}: rank {rank} is {problem} (the run has ranks "
                                f"0..{run.world_size - 1})")
         if not trace.steps:
-            raise ProfileError(f"{trace.path}: no ProfilerStep#N ranges, so no step to compare: "
-                               "step the profiler once per training step (prof.step(), or a "
-                               f"schedule); {RECORD_HINT}")
+            raise ProfileError(f"{trace.path}: no ProfilerStep#N ranges and fewer than two "
+                               "Optimizer.step#<class>.step ranges, so no step to compare: "
+                               "profile at least two steps of a torch.optim optimizer, or call "
+                               f"prof.step() once per training step; {RECORD_HINT}")
         ranks.append(rank)
     _check_shapes(traces, run)
     return ranks

@@ -7,8 +7,10 @@ events (``ph: X``, ``ts``/``dur`` in microseconds) by category: ``kernel``, ``gp
 ``cuda_driver`` calls on host threads (``cudaLaunchKernel`` & co., ``args.correlation``: the
 GPU activity they started); ``cpu_op`` (aten ops with ``Input Dims``, ``Input type``,
 ``Concrete Inputs`` when recorded with ``record_shapes=True``) and ``user_annotation``
-(``record_function`` ranges: ``ProfilerStep#N``, ``nccl:all_reduce``, ``record_param_comms``).
-``distributedInfo`` names the rank and world size, ``deviceProperties`` the GPUs.
+(``record_function`` ranges: ``ProfilerStep#N``, ``Optimizer.step#AdamW.step``,
+``nccl:all_reduce``, ``record_param_comms``). ``distributedInfo`` names the rank and world
+size, ``deviceProperties`` the GPUs. Steps are the ``ProfilerStep#N`` ranges of a stepped
+profiler; a trace of a whole run (no ``prof.step()``) is cut at its optimizer steps.
 
 A kernel's op is the innermost aten op (a namespaced ``cpu_op`` such as ``aten::mm``, not a
 wrapper like ``autograd::engine::...``) that encloses, on the launching thread, the runtime call
@@ -21,6 +23,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -29,9 +32,9 @@ from typing import Any
 
 from phantora.errors import ProfileError
 
-RECORD_HINT = ("record one with torch.profiler.profile(activities=[ProfilerActivity.CPU, "
-               "ProfilerActivity.CUDA], record_shapes=True) and export_chrome_trace, e.g. "
-               "scripts/measure/profile_run.py")
+RECORD_HINT = ("record one with: with torch.profiler.profile(activities=[ProfilerActivity.CPU, "
+               "ProfilerActivity.CUDA], record_shapes=True) as prof: <the training loop>, then "
+               "prof.export_chrome_trace(f\"rank{rank}.json\"), one file a rank")
 """How to get a trace this reader can use; every refusal says it."""
 
 DEVICE_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
@@ -41,6 +44,11 @@ WRAPPER_NAMESPACES = frozenset({"autograd", "profiler", "torch", "cuda", "c10"})
 """Namespaced host ranges that are not ops launching kernels (``autograd::engine::...``)."""
 
 _STEP = re.compile(r"ProfilerStep#(\d+)$")
+PROFILER_STEPS = "ProfilerStep#N"
+"""The cut of a trace whose profiler was stepped (``prof.step()``, a schedule)."""
+_OPTIMIZER_STEP = re.compile(r"Optimizer\.step#\w+\.step$")
+"""The range ``torch.optim`` records around every ``Optimizer.step``
+(``Optimizer.step#AdamW.step``); its step hooks, where the simulator ends its steps, run in it."""
 
 DTYPE_BYTES: dict[str, int] = {
     "double": 8, "float": 4, "float32": 4, "float64": 8, "half": 2, "float16": 2, "bfloat16": 2,
@@ -154,11 +162,28 @@ class RankTrace:
     kernels: list[KernelEvent]
     """Every GPU activity, NCCL kernels, copies and fills included, by start."""
     steps: list[tuple[int, int]]
-    """``(start_ns, end_ns)`` of each ``ProfilerStep#N`` host range, in order."""
+    """``(start_ns, end_ns)`` of each profiled step, in order, cut as :attr:`step_cut` says."""
     ops: list[HostOp] = field(default_factory=list)
     """Top-level host ops, by start."""
     step_numbers: list[int] = field(default_factory=list)
-    """The ``N`` of each of :attr:`steps`."""
+    """The ``N`` of each of :attr:`steps`, which covers training step N + 1: ``ProfilerStep#N``'s,
+    or the count of the trace's optimizer steps before the step."""
+    step_cut: str = ""
+    """What :attr:`steps` are cut at: :data:`PROFILER_STEPS`; else, in a trace without them,
+    the ends of the optimizer's ranges (``Optimizer.step#AdamW.step``), step N + 1 running from
+    the end of the trace's N-th to the end of its N + 1-th; "" where a trace has neither (and
+    so no steps)."""
+    op_starts_ns: list[int] = field(default_factory=list)
+    """When each recorded ``cpu_op`` began (nested ones too), sorted."""
+    runtime_starts_ns: list[int] = field(default_factory=list)
+    """When each recorded CUDA runtime or driver call began, sorted."""
+
+    def host_events(self, start_ns: int, end_ns: int) -> tuple[int, int]:
+        """How many CPU ops and CUDA runtime or driver calls the profiler recorded starting in
+        ``[start_ns, end_ns)``."""
+        return (bisect_left(self.op_starts_ns, end_ns) - bisect_left(self.op_starts_ns, start_ns),
+                bisect_left(self.runtime_starts_ns, end_ns)
+                - bisect_left(self.runtime_starts_ns, start_ns))
 
 
 def read_trace(path: Path) -> RankTrace:
@@ -173,17 +198,42 @@ def read_trace(path: Path) -> RankTrace:
     launches = _launch_contexts(events)
     kernels = sorted((_kernel(e, launches) for e in device_events),
                      key=lambda k: (k.start_ns, k.stream))
-    step_ranges = sorted(
-        (int(m.group(1)), _ns(e["ts"]), _ns(e["ts"]) + _ns(e.get("dur", 0)))
-        for e in events
-        if e.get("cat") in HOST_RANGE_CATEGORIES and (m := _STEP.match(str(e.get("name", "")))))
+    step_cut, step_ranges = _steps(events)
     info = document.get("distributedInfo") or {}
     devices = document.get("deviceProperties") or []
     return RankTrace(
         path=path, rank=_int(info.get("rank")), world_size=_int(info.get("world_size")),
         device_name=str(devices[0].get("name")) if devices and devices[0].get("name") else None,
         kernels=kernels, steps=[(start, end) for _, start, end in step_ranges],
-        ops=_top_level_ops(events), step_numbers=[number for number, _, _ in step_ranges])
+        ops=_top_level_ops(events), step_numbers=[number for number, _, _ in step_ranges],
+        step_cut=step_cut,
+        op_starts_ns=sorted(_ns(e["ts"]) for e in events if e.get("cat") == "cpu_op"),
+        runtime_starts_ns=sorted(_ns(e["ts"]) for e in events
+                                 if e.get("cat") in LAUNCH_CATEGORIES))
+
+
+def _steps(events: list[dict[str, Any]]) -> tuple[str, list[tuple[int, int, int]]]:
+    """``(step_cut, [(N, start_ns, end_ns)])`` (:attr:`RankTrace.step_cut`): the
+    ``ProfilerStep#N`` ranges; else windows between the ends of consecutive optimizer steps,
+    since the simulator ends a step at every optimizer step's hooks; else none."""
+    profiler: list[tuple[int, int, int]] = []
+    optimizer: dict[tuple[int, int], str] = {}  # (end, start) -> name: a range recorded twice
+    for e in events:
+        if e.get("cat") not in HOST_RANGE_CATEGORIES:
+            continue
+        name = str(e.get("name", ""))
+        start, end = _ns(e["ts"]), _ns(e["ts"]) + _ns(e.get("dur", 0))
+        if m := _STEP.match(name):
+            profiler.append((int(m.group(1)), start, end))
+        elif _OPTIMIZER_STEP.match(name):
+            optimizer[(end, start)] = name
+    if profiler:
+        return PROFILER_STEPS, sorted(profiler)
+    ranges = sorted(optimizer)
+    if len(ranges) < 2:
+        return "", []
+    names = ", ".join(dict.fromkeys(optimizer[key] for key in ranges))
+    return names, [(n, ranges[n - 1][0], ranges[n][0]) for n in range(1, len(ranges))]
 
 
 def _load(path: Path) -> dict[str, Any]:

@@ -28,6 +28,10 @@ class TraceBuilder:
     def step(self, number: int, ts: float, dur: float) -> None:
         self.host(f"ProfilerStep#{number}", ts, dur, cat="user_annotation")
 
+    def optimizer_step(self, ts: float, dur: float, optimizer: str = "AdamW") -> None:
+        """The range ``torch.optim`` records around ``optimizer.step()``."""
+        self.host(f"Optimizer.step#{optimizer}.step", ts, dur, cat="user_annotation")
+
     def kernel(self, name: str, launch_ts: float, start: float, dur: float, stream: int = 7,
                cat: str = "kernel", tid: int = TID, launch: str = "cudaLaunchKernel",
                **args: Any) -> int:

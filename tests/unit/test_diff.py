@@ -1,19 +1,22 @@
 """``phantora-ns3 diff``: one classifier sorts real and simulated kernels into the same
 families; a step's GPU idle and exposed communication come from the kernels inside its window;
-a synthetic run folder and trace are aligned step by step with the numbers worked out by hand;
-traces of another job are refused, saying what does not match."""
+a synthetic run folder and trace are aligned step by step with the numbers worked out by hand,
+whether the profiler was stepped or ran around the whole loop; the profiler's own host cost is
+estimated beside each step; traces of another job are refused, saying what does not match."""
 
 import json
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
 from phantora.cli import main
 from phantora.compute.inductor import generated_name
-from phantora.diff.compare import compare, measure_step
+from phantora.diff.compare import (PROFILER_NS_PER_EVENT, CollectiveStats, ProfilerCost,
+                                   StepMetrics, compare, measure_step, profiler_cost,
+                                   with_transfers)
 from phantora.diff.simulated import read_run
 from phantora.errors import ProfileError
-from phantora.diff.compare import CollectiveStats, with_transfers
 from phantora.profiles.activity import Activity, op_bucket, real_activities
 from phantora.profiles.families import kernel_family
 from phantora.profiles.kineto import read_trace
@@ -144,12 +147,19 @@ def _write_run(run_dir: Path, world_size: int = 1, steps: int = 3) -> Path:
 
 
 def _real_trace(path: Path, mm_dims: list[list[int]] | None = None,
-                world_size: int | None = 1, with_steps: bool = True) -> Path:
-    """Training step 2 on the real GPU: 1.1 ms, the mm 400 us, the add 40 us, the
-    all-reduce 300 us, one after the other."""
+                world_size: int | None = 1,
+                cut: Literal["profiler", "optimizer", ""] = "profiler",
+                step_us: float = 1100.0) -> Path:
+    """Training step 2 on the real GPU: 1.1 ms (``step_us``), the mm 400 us, the add 40 us,
+    the all-reduce 300 us, one after the other. Its window is ``ProfilerStep#1`` (``cut``
+    "profiler"), or runs from the end of the first optimizer step to the end of the second
+    ("optimizer": a profiler around the whole loop); "" records neither."""
     trace = TraceBuilder(rank=0 if world_size else None, world_size=world_size)
-    if with_steps:
-        trace.step(1, 0.0, 1100.0)
+    if cut == "profiler":
+        trace.step(1, 0.0, step_us)
+    elif cut == "optimizer":
+        trace.optimizer_step(-30.0, 30.0)
+        trace.optimizer_step(step_us - 50.0, 50.0)
     trace.host("aten::mm", 100.0, 10.0, **{"Input Dims": mm_dims or [[64, 128], [128, 256]]})
     trace.kernel("sm90_xmma_gemm_f32f32_f32f32_f32_nn_n", 101.0, 150.0, 400.0)
     trace.host("aten::add", 111.0, 5.0)
@@ -214,8 +224,9 @@ def test_traces_of_another_job_are_refused(tmp_path: Path) -> None:
     run = read_run(_write_run(tmp_path / "run"))
     with pytest.raises(ProfileError, match="a trace of 2 ranks, the run .* has 1"):
         compare([read_trace(_real_trace(tmp_path / "ws.json", world_size=2))], run)
-    with pytest.raises(ProfileError, match=r"no ProfilerStep#N ranges.*prof\.step"):
-        compare([read_trace(_real_trace(tmp_path / "nostep.json", with_steps=False))], run)
+    with pytest.raises(ProfileError, match=r"no ProfilerStep#N ranges and fewer than two "
+                                           r"Optimizer\.step#<class>\.step ranges.*prof\.step"):
+        compare([read_trace(_real_trace(tmp_path / "nostep.json", cut=""))], run)
     other = _real_trace(tmp_path / "other.json", mm_dims=[[64, 128], [128, 512]])
     with pytest.raises(ProfileError, match=r"only 0% of the traces' 1 matrix-product shapes .*"
                                            r"e\.g\. aten::mm \(64, 128\) x \(128, 512\)"):
@@ -228,6 +239,34 @@ def test_traces_of_another_job_are_refused(tmp_path: Path) -> None:
         compare([read_trace(_real_trace(tmp_path / "single.json", world_size=None))], multi)
 
 
+def test_a_whole_run_trace_is_compared_step_by_step_as_a_stepped_one(tmp_path: Path) -> None:
+    run = read_run(_write_run(tmp_path / "run"))
+    stepped = compare([read_trace(_real_trace(tmp_path / "stepped.json"))], run).document()
+    whole = compare([read_trace(_real_trace(tmp_path / "whole.json", cut="optimizer"))],
+                    run).document()
+    assert [t["step_cut"] for t in (stepped["traces"][0], whole["traces"][0])] == [
+        "ProfilerStep#N", "Optimizer.step#AdamW.step"]
+    assert whole["traces"][0]["profiled_steps"] == [1]
+    assert whole["steps"] == stepped["steps"] and whole["mean"] == stepped["mean"]
+
+
+def test_the_profilers_cost_is_its_recorded_host_events_as_far_as_the_gpu_waits(
+        tmp_path: Path) -> None:
+    """Three ops and three launches recorded in the step; its GPU idles 360 us of 1.1 ms, more
+    than they cost, and for under half the step: not host-bound. An estimate is capped at the
+    step's GPU idle: only there can host time lengthen a step."""
+    run = read_run(_write_run(tmp_path / "run"))
+    document = compare([read_trace(_real_trace(tmp_path / "rank0.json"))], run).document()
+    expected = {"cpu_ops": 3, "runtime_calls": 3, "inflation_ns": 6 * PROFILER_NS_PER_EVENT,
+                "host_bound": False}
+    assert document["steps"][0]["profiler"] == document["mean"]["profiler"] == expected
+    busy = StepMetrics(step_ns=10_000 * US, gpu_idle_ns=2_000 * US, exposed_communication_ns=0)
+    assert profiler_cost(1000, 500, busy) == ProfilerCost(1000, 500, 2_000 * US, False)
+    waiting = StepMetrics(step_ns=10_000 * US, gpu_idle_ns=8_000 * US, exposed_communication_ns=0)
+    assert profiler_cost(1000, 500, waiting) == ProfilerCost(
+        1000, 500, 1500 * PROFILER_NS_PER_EVENT, True)
+
+
 def test_the_command_prints_and_writes_diff_json(tmp_path: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     run_dir = _write_run(tmp_path / "run")
@@ -235,12 +274,26 @@ def test_the_command_prints_and_writes_diff_json(tmp_path: Path,
     assert main(["diff", str(trace), str(run_dir), "--out", str(tmp_path / "d")]) == 0
     printed = capsys.readouterr().out
     assert "real vs simulated" in printed and "largest divergences" in printed
+    assert "steps cut at ProfilerStep#N\n" in printed and "host-bound" not in printed
     document = json.loads((tmp_path / "d" / "diff.json").read_text())
     assert document["schema_version"] == 1 and document["traces"][0]["profiled_steps"] == [1]
     other = _real_trace(tmp_path / "other.json", world_size=2)
     assert main(["diff", str(other), str(run_dir)]) == 1
     assert "a trace of 2 ranks" in capsys.readouterr().out
     assert not (run_dir / "diff.json").exists()
+
+
+def test_the_command_says_how_steps_were_cut_and_flags_host_bound_ones(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A whole-run trace whose 3 ms step leaves the GPU idle for 2.26 ms of it."""
+    run_dir = _write_run(tmp_path / "run")
+    trace = _real_trace(tmp_path / "rank0.json", cut="optimizer", step_us=3000.0)
+    assert main(["diff", str(trace), str(run_dir), "--out", str(tmp_path / "d")]) == 0
+    printed = capsys.readouterr().out
+    assert "steps cut at Optimizer.step#AdamW.step (no ProfilerStep ranges)" in printed
+    assert "host-bound under the profiler" in printed and "~0.0 host-bound" in printed
+    row = json.loads((tmp_path / "d" / "diff.json").read_text())["steps"][0]
+    assert row["profiler"]["host_bound"] and row["real_step_ns"] == 3000 * US
 
 
 def test_products_whose_shapes_follow_the_routing_are_left_out_of_the_shape_check() -> None:

@@ -1,13 +1,14 @@
 """The Kineto trace reader: each kernel gets the innermost aten op that launched it (shapes
 included), NCCL kernels their op and nccl-tests size, copies their short name; steps come from
-the ProfilerStep ranges; what is not a usable trace is refused with how to record one."""
+the ProfilerStep ranges, else (a whole-run trace) the optimizer's step ranges; what is not a
+usable trace is refused with how to record one."""
 
 from pathlib import Path
 
 import pytest
 
 from phantora.errors import ProfileError
-from phantora.profiles.kineto import OpCall, collective_op, read_trace
+from phantora.profiles.kineto import PROFILER_STEPS, OpCall, collective_op, read_trace
 from tests.unit.kineto_traces import TraceBuilder
 
 
@@ -69,6 +70,51 @@ def test_kernels_get_their_launching_op_shapes_and_collective(tmp_path: Path) ->
     assert [op.name for op in rank.ops] == [
         "aten::linear", "autograd::engine::evaluate_function: MmBackward0",
         "autograd::engine::evaluate_function: AddBackward0", "record_param_comms", "aten::copy_"]
+
+
+def _whole_run(optimizer_steps: int) -> TraceBuilder:
+    """A profiler around the whole loop, never stepped: each 100 us step launches a kernel under
+    an aten op, zeroes the gradients and ends in an optimizer step of 10 us."""
+    trace = TraceBuilder()
+    for step in range(optimizer_steps):
+        start = step * 100.0
+        trace.host("Optimizer.zero_grad#AdamW.zero_grad", start + 5.0, 2.0, cat="user_annotation")
+        trace.host("aten::mul", start + 10.0, 5.0)
+        trace.kernel("elementwise", start + 11.0, start + 12.0, 1.0)
+        trace.optimizer_step(start + 90.0, 10.0)
+        # the GPU's copy of the range is no host range
+        trace.host("Optimizer.step#AdamW.step", start + 91.0, 3.0, cat="gpu_user_annotation")
+    return trace
+
+
+def test_a_whole_run_trace_is_cut_at_its_optimizer_steps(tmp_path: Path) -> None:
+    """Step N + 1 runs from the end of the trace's N-th optimizer step to the end of its
+    N + 1-th, as the simulator's step ends at the optimizer step's hooks; before the first
+    optimizer step there is no whole step."""
+    rank = read_trace(_whole_run(3).write(tmp_path / "whole.json"))
+    assert rank.step_cut == "Optimizer.step#AdamW.step"
+    assert rank.steps == [(100_000, 200_000), (200_000, 300_000)]
+    assert rank.step_numbers == [1, 2]
+    # aten::mul and the launch of step 2; the user annotations are no CPU ops
+    assert rank.host_events(*rank.steps[0]) == (1, 1)
+
+
+def test_profiler_steps_come_first_and_one_optimizer_step_is_no_step(tmp_path: Path) -> None:
+    stepped = _whole_run(3)
+    stepped.step(4, 0.0, 150.0)
+    rank = read_trace(stepped.write(tmp_path / "stepped.json"))
+    assert (rank.step_cut, rank.steps, rank.step_numbers) == (PROFILER_STEPS, [(0, 150_000)], [4])
+    single = read_trace(_whole_run(1).write(tmp_path / "single.json"))
+    assert (single.step_cut, single.steps, single.step_numbers) == ("", [], [])
+
+
+def test_several_optimizers_each_end_a_step_as_their_hooks_do_in_the_simulator(
+        tmp_path: Path) -> None:
+    trace = _whole_run(2)
+    trace.optimizer_step(250.0, 10.0, optimizer="SGD")
+    rank = read_trace(trace.write(tmp_path / "two.json"))
+    assert rank.step_cut == "Optimizer.step#AdamW.step, Optimizer.step#SGD.step"
+    assert rank.steps == [(100_000, 200_000), (200_000, 260_000)]
 
 
 def test_collective_names_of_pytorch_and_nccl_map_to_the_simulators_ops() -> None:
