@@ -86,8 +86,6 @@ class RankRuntime:
         self._comm_streams: dict[_CommKey, int] = {}
         """Group (collectives) or (group, src, dst) (p2p) -> its stream id."""
         self._seqs: dict[_CommKey, int] = {}
-        self._last_collective_ns: int | None = None
-        """When the rank's previous collective call ended (virtual ns)."""
         self._host_spread: HostSpread = load_host_spread()
         self._work_at_last_collective_ns: int | None = None
         """The rank's host work (table, Python, fixed) when its previous collective call ended."""
@@ -204,7 +202,7 @@ class RankRuntime:
 
     def record_event(self, event: int, stream: int) -> None:
         """``event`` completes when everything queued on ``stream`` so far has."""
-        self.clock.tick()
+        self._sync_call_host("record_event")
         self._client.add(EventRecord, event=event, stream=stream)
 
     def wait_event(self, stream: int, event: int) -> None:
@@ -218,9 +216,19 @@ class RankRuntime:
         if self._residual is not None:
             with self.clock.excluded():
                 self.clock.correct(self._residual.boundary(f"sync:{kind}"))
-        self.clock.tick()
+        self._sync_call_host(kind)
         reply = self._client.sync(kind, target)
         return reply.value if kind == "query" else reply.time_ns
+
+    def _sync_call_host(self, call: str) -> None:
+        """The host's cost of a call that waits on or marks the GPU (``sync_ns``), before any
+        wait: counted mode charges the table's; measured mode already holds it in the CPU
+        time."""
+        self.clock.tick()
+        if self._counted_work is not None:
+            with self.clock.excluded():
+                self._counted_work.count_this_thread()
+                self.clock.charge_table(self.host_costs.sync_ns[call])
 
     def collective(self, *, group: str, ranks: tuple[int, ...], op: IssuedOp, nbytes: int,
                    dtype_bytes: int, stream: int, root: int = 0,
@@ -285,22 +293,21 @@ class RankRuntime:
 
     def _collective_host(self, op: str, group_size: int) -> None:
         """A collective call's CPU side: on a group of two or more ranks its cost grows with
-        the time since the rank's previous collective call ended (any thread, any group), and
-        the rank waits the expected time for the group's slowest host after the host work it
-        did since then (``intercept.host_time.host_spread``)."""
+        the host work the rank did since its previous collective call ended (any thread, any
+        group; time it spent waiting on the GPU does not make the call's code cold), and the
+        rank waits the expected time for the group's slowest host after that work
+        (``intercept.host_time.host_spread``)."""
         self._op_boundary(f"c10d:{op}")
-        now_ns = self.clock.now_ns()
-        gap_ns = None if self._last_collective_ns is None else now_ns - self._last_collective_ns
-        cost_ns = self.host_costs.collective_ns(op, group_size, gap_ns)
         work_ns = self._host_work_ns()
+        since = self._work_at_last_collective_ns
+        work_since_ns = None if since is None else work_ns - since
+        cost_ns = self.host_costs.collective_ns(op, group_size, work_since_ns)
         self.clock.charge_table(cost_ns)
-        if self._work_at_last_collective_ns is not None:
-            wait_ns = self._host_spread.wait_ns(work_ns - self._work_at_last_collective_ns,
-                                                group_size)
+        if work_since_ns is not None:
+            wait_ns = self._host_spread.wait_ns(work_since_ns, group_size)
             self.clock.charge(wait_ns)
             self._lockstep_ns += wait_ns
         self._work_at_last_collective_ns = work_ns + cost_ns
-        self._last_collective_ns = self.clock.now_ns()
 
     def _host_work_ns(self) -> int:
         """The rank's host work so far: table-charged, its Python, reproducible mode's fixed

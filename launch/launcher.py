@@ -40,7 +40,7 @@ from pathlib import Path
 from types import TracebackType
 
 from launch.program import Program
-from launch.spec import LaunchSpec
+from launch.spec import HostChoice, LaunchSpec
 from launch.value_policy import ValuePolicy
 from phantora.cluster.catalogue import GpuSpec
 from phantora.errors import SimulationError
@@ -91,7 +91,8 @@ class Launcher:
     ``intercept.host_time.python_work``, in place of measuring CPU time; not with ``op_cost_ns``);
     ``values`` the value model (``launch.value_policy``); ``ranks`` the ranks to run, each still
     seeing all ``world_size`` (default: all of them; the engine mirrors the others);
-    ``calibration`` a kernel calibration file to cost kernels from (default: the packaged tables).
+    ``calibration`` a kernel calibration file to cost kernels from (default: the packaged tables);
+    ``host`` the host profile and speed the ranks' host costs come from.
     """
 
     def __init__(self, program: str | Path | Program, args: Sequence[str], env: Mapping[str, str],
@@ -101,7 +102,7 @@ class Launcher:
                  host_cpu: str | None = None, values: ValuePolicy = ValuePolicy(),
                  counted: bool = False, master_addr: str = "127.0.0.1",
                  master_port: int = 29500, ranks: Sequence[int] | None = None,
-                 calibration: Path | None = None) -> None:
+                 calibration: Path | None = None, host: HostChoice = HostChoice()) -> None:
         if world_size < 1 or ranks_per_host < 1 or world_size % ranks_per_host:
             raise ValueError(f"world_size ({world_size}) must be a positive multiple of "
                              f"ranks_per_host ({ranks_per_host})")
@@ -115,7 +116,7 @@ class Launcher:
             fake_device=fake_device, epoch_ns=time.time_ns() if epoch_ns is None else epoch_ns,
             op_cost_ns=op_cost_ns, master_addr=master_addr, master_port=master_port,
             run_id=uuid.uuid4().hex[:12], host_cpu=host_cpu, values=values, counted=counted,
-            calibration=calibration)
+            calibration=calibration, host=host)
         self.ranks = list(range(world_size)) if ranks is None else sorted(ranks)
         """The ranks that run (the others of ``world_size`` are mirrored by the engine)."""
         if not self.ranks or not set(self.ranks) <= set(range(world_size)):

@@ -10,6 +10,17 @@ from phantora.cluster.catalogue import GpuSpec
 
 
 @dataclass(frozen=True, slots=True)
+class HostChoice:
+    """The simulated host: its profile (``cluster.host``: a bundled profile's name or a profile
+    file's absolute path, ``phantora.calibration.host_profile``) and its speed against it
+    (``cluster.host_speed``); ``profile`` ``None``: ``host_cpu``'s reference host, else the
+    GPU's."""
+
+    profile: str | None = None
+    speed: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
 class LaunchSpec:
     """Everything a rank needs to start; built by the launcher (:mod:`launch.launcher`), sent to
     the fork server (``intercept.process.fork_server``), read by each rank."""
@@ -45,6 +56,8 @@ class LaunchSpec:
     calibration: Path | None = None
     """Kernel calibration file the ranks' compute model costs kernels from
     (``cluster.calibration``); ``None``: the packaged tables of ``gpu``."""
+    host: HostChoice = HostChoice()
+    """The host profile the ranks' host costs come from, and its speed."""
 
     def log_path(self, rank: int) -> Path:
         return self.out_dir / "ranks" / f"rank{rank}.log"

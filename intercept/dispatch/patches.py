@@ -238,7 +238,10 @@ def set_stream(stream: torch.Stream | None) -> None:
 
 
 def synchronize(device: Any = None) -> None:
-    torch.accelerator.synchronize(_index(device))
+    """The stand-in's Python is the simulator's: the call's host cost is the table's
+    (``sync_ns``, charged where the wait reaches the simulator)."""
+    with shim.simulator_time():
+        torch.accelerator.synchronize(_index(device))
 
 
 def is_current_stream_capturing() -> bool:

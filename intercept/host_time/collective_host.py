@@ -1,5 +1,5 @@
-"""What a collective call costs the host on a group of two or more ranks, by how long ago the
-rank's previous collective call ended.
+"""What a collective call costs the host on a group of two or more ranks, by how much host work
+the rank did since its previous collective call ended.
 
 Measured in real training steps (``scripts/measure/time_host_calls.py``: each
 ``torch.distributed`` collective call timed unprofiled, with its group size and start): on a
@@ -8,7 +8,10 @@ loop on one rank: 33-40 us); on two ranks it runs NCCL's enqueue, and what it co
 time since the rank's previous collective, about logarithmically over three decades (on one
 2xH200 host: ~32 us back to back, ~100 us after 100-200 us of other work, ~170 us after 1-2 ms,
 ~230 us after more than 5 ms): the code path and its data go cold while the script runs other
-code. The model:
+code. Other code, not time: a host that sat waiting on the GPU in between (a timing loop's
+``synchronize()``) evicts nothing, so the gap is the rank's host work since that call (table
+costs and counted Python; its waits left out), which in the training steps the model was fitted
+on is about their wall time between calls. The model:
 
     cost(op, gap) = hot_ns[op] + slope_ns * ln(1 + min(gap, max_gap_ns) / tau_ns)
 
@@ -45,8 +48,8 @@ class CollectiveCallCost:
     provenance: dict[str, Any] = field(default_factory=dict)
 
     def call_ns(self, op: str, gap_ns: int | None) -> int:
-        """One call of ``op`` (an issued op's name) ``gap_ns`` after the rank's previous
-        collective call ended (``None``: it is the rank's first)."""
+        """One call of ``op`` (an issued op's name) after ``gap_ns`` of host work since the
+        rank's previous collective call ended (``None``: it is the rank's first)."""
         gap = self.max_gap_ns if gap_ns is None else min(max(gap_ns, 0), self.max_gap_ns)
         row = ROW_OF_OP.get(op, op)
         hot = self.hot_ns.get(row, self.hot_ns["default"])

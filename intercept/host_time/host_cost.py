@@ -78,6 +78,8 @@ FUSED_OPTIMIZERS = frozenset({"_fused_adamw_", "_fused_adam_", "_fused_sgd_", "_
 LAYERS = ("autograd_record",)
 """The keys of ``layers_ns`` in the table's file; :func:`load_table` adds ``autograd_node`` and
 ``tensor_subclass`` from the constants fitted on real steps (``intercept.host_time.host_fit``)."""
+SYNC_CALLS = ("device", "stream", "event", "query", "record_event")
+"""The keys of ``sync_ns``: the calls that wait on or mark the GPU's progress."""
 SORT_SMALL = "sort_small"
 """The ``ops_ns`` key of a ``sort`` of at most :data:`SMALL_SORT_MAX` elements along its dim:
 ATen sorts those in one kernel, longer ones with a radix sort of tens of kernels."""
@@ -144,6 +146,12 @@ class HostCostTable:
     ``compiled_generated_launch``, ``compiled_generated_read``, ``compiled_generated_write``,
     ``compiled_backward_call`` and ``compiled_backward_run``
     (``intercept.host_time.compiled_call``)."""
+    sync_ns: dict[str, int]
+    """What the host spends in a call that waits on or marks the GPU's progress, the wait itself
+    aside: ``device`` (``torch.cuda.synchronize()``), ``stream`` (``Stream.synchronize()``),
+    ``event`` (``Event.synchronize()``), ``query`` (``Event.query()``), ``record_event``
+    (``Event.record()``). The simulator's own stand-ins for these calls are not counted as the
+    script's Python; these costs replace them."""
     provenance: dict[str, Any]
 
     def scaled_to(self, reference: str) -> "HostCostTable":
@@ -161,6 +169,11 @@ class HostCostTable:
                              f"{', '.join(sorted(hosts))}")
         factor = (hosts[reference].components_ns["torch_ops"]
                   / hosts[self.reference].components_ns["torch_ops"])
+        return self.scaled(factor, reference)
+
+    def scaled(self, factor: float, reference: str) -> "HostCostTable":
+        """Every cost ``factor`` times as long (a host ``1 / factor`` times as fast), named
+        ``reference``."""
 
         def scale(values: dict[str, int]) -> dict[str, int]:
             return {k: round(v * factor) for k, v in values.items()}
@@ -170,6 +183,7 @@ class HostCostTable:
                              scale(self.ops_ns), scale(self.collectives_ns),
                              self.group_collectives.scaled(reference, factor),
                              self.gemm.scaled(reference, factor), scale(self.layers_ns),
+                             scale(self.sync_ns),
                              {**self.provenance, "scaled_from": self.reference,
                               "scale_factor": round(factor, 4)})
 
@@ -188,8 +202,9 @@ class HostCostTable:
 
     def collective_ns(self, op: str, group_size: int = 1, gap_ns: int | None = None) -> int:
         """The charge for issuing one collective through c10d (``all_reduce``, ``send``...) on a
-        group of ``group_size`` ranks, ``gap_ns`` after the rank's previous collective call
-        ended (``None``: its first); the gap matters on groups of two or more."""
+        group of ``group_size`` ranks, after ``gap_ns`` of host work since the rank's previous
+        collective call ended (``None``: its first); the gap matters on groups of two or
+        more."""
         if group_size > 1:
             cost = self.group_collectives.call_ns(op, gap_ns)
         else:
@@ -218,6 +233,10 @@ def table_from_json(data: dict[str, Any], gemm: GemmHeuristic | None = None) -> 
     collectives = {k: int(v) for k, v in data["collectives_ns"].items()}
     if "default" not in collectives:
         raise ValueError("host cost table: collectives_ns lacks 'default'")
+    sync = {k: int(v) for k, v in data.get("sync_ns", {}).items()}
+    if sync.keys() != set(SYNC_CALLS):
+        raise ValueError(f"host cost table: sync_ns needs exactly {', '.join(SYNC_CALLS)}, "
+                         f"found {', '.join(sorted(sync)) or 'none'}")
     layers = {k: int(v) for k, v in data["layers_ns"].items()}
     if layers.keys() != set(LAYERS):
         raise ValueError(f"host cost table: layers_ns needs exactly {', '.join(LAYERS)}, "
@@ -235,7 +254,7 @@ def table_from_json(data: dict[str, Any], gemm: GemmHeuristic | None = None) -> 
                          foreach_per_tensor_ns=int(data["foreach_per_tensor_ns"]),
                          ops_ns=ops, collectives_ns=collectives,
                          group_collectives=group_collectives, gemm=gemm,
-                         layers_ns=layers, provenance=dict(data["provenance"]))
+                         layers_ns=layers, sync_ns=sync, provenance=dict(data["provenance"]))
 
 
 @cache
@@ -256,12 +275,3 @@ def load_table(path: Path = TABLE_PATH) -> HostCostTable:
                                      "compiled_generated_write": compiled.generated_write_ns,
                                      "compiled_backward_call": compiled.backward_call_ns,
                                      "compiled_backward_run": compiled.backward_run_ns})
-
-
-def table_for(reference: str | None, gpu: str) -> HostCostTable:
-    """The shipped table for ``simulation.host_cpu`` ``reference``; ``None`` (reproducible mode)
-    or ``native`` (this machine's CPU, unscaled, for the script's Python) take the reference
-    host of ``gpu``, a catalogue key."""
-    from phantora.calibration.host_references import reference_host
-
-    return load_table().scaled_to(reference_host(reference, gpu))

@@ -285,7 +285,7 @@ def sync(timer: Timer) -> dict[str, Any]:
     marker = torch.cuda.Event()
     cases: dict[str, tuple[Callable[[], object], bool]] = {
         "device": (torch.cuda.synchronize, False),
-        "stream": (lambda: torch.cuda.current_stream().synchronize(), False),
+        "stream": (torch.cuda.current_stream().synchronize, False),
         "event": (done.synchronize, False),
         "record_event": (marker.record, True),
         "query": (done.query, False),

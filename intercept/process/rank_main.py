@@ -30,9 +30,10 @@ from pathlib import Path
 from types import TracebackType
 
 from intercept.host_time.clock import VirtualClock, patched_time
-from intercept.host_time.host_cost import table_for
+from intercept.host_time.host_profile_costs import (load_host_profile, table_for_profile,
+                                                     weights_for_profile)
 from intercept.host_time.host_speed import host_speed_for
-from intercept.host_time.python_work import CountedWork, weights_for
+from intercept.host_time.python_work import CountedWork
 from intercept.host_time.residual import ResidualSmoother
 from intercept.process import shim
 from intercept.process.client import CoordinatorClient
@@ -104,8 +105,10 @@ def _run(spec: LaunchSpec, rank: int, kernel_cost: KernelCostModel) -> int:
     atexit._clear()  # the fork server's handlers are not the script's
 
     counted_work = residual = None
+    host = load_host_profile(spec.host.profile or reference_host(spec.host_cpu, spec.gpu.name))
+    host = host.at_speed(spec.host.speed)
     if spec.counted and spec.op_cost_ns is None and shim.native_exclusion() is not None:
-        counted_work = CountedWork(weights_for(reference_host(spec.host_cpu, spec.gpu.name)))
+        counted_work = CountedWork(weights_for_profile(host))
         clock = VirtualClock(epoch_ns=spec.epoch_ns, script_work=counted_work.ns)
     else:
         # Measured before the clock starts: the benchmark's CPU time is not the script's.
@@ -119,7 +122,7 @@ def _run(spec: LaunchSpec, rank: int, kernel_cost: KernelCostModel) -> int:
                           local_rank=rank % spec.ranks_per_host,
                           local_world_size=spec.ranks_per_host, gpu=spec.gpu, clock=clock,
                           client=client, kernel_cost=kernel_cost,
-                          host_costs=table_for(spec.host_cpu, spec.gpu.name), residual=residual,
+                          host_costs=table_for_profile(host), residual=residual,
                           counted_work=counted_work)
     runtime.make_current()
     client.start()

@@ -38,7 +38,8 @@ from phantora.errors import PhantoraError, ScenarioError
 from phantora.network.base import LinkFailure, NetworkBackend
 from phantora.report.bandwidth import collective_result
 from phantora.report.console import (attribution_table, collectives_table, coverage_line,
-                                     fabric_line, hot_ports_table, ranks_table, with_progress)
+                                     fabric_line, host_line, hot_ports_table, ranks_table,
+                                     with_progress)
 from phantora.report.faults import FlowBytes, fault_lines, fault_rows
 from phantora.report.out_dir import clear_run
 from phantora.report.summary import CollectiveResult, Summary
@@ -116,6 +117,8 @@ def _script(workload: ScriptWorkload, scenario: Scenario, summary: Summary, topo
             out_dir: Path, console: Console) -> "ScriptRun":
     """Run the script; its result, and the backend it ran on (another after a regroup)."""
     # Imported here: only script workloads need the launcher (and, in the ranks, torch).
+    from launch.spec import HostChoice
+    from phantora.calibration.host_profile import resolve_host
     from phantora.record.script_runner import run_script
     from phantora.report.live_summary import fill_live_summary
     from phantora.report.trace import write_trace
@@ -129,8 +132,11 @@ def _script(workload: ScriptWorkload, scenario: Scenario, summary: Summary, topo
                                          failures),
         note=lambda line: console.print(escape(line), style="yellow", highlight=False),
         kernel_scale=scenario.kernel_scale(),
-        calibration=Path(scenario.cluster.calibration) if scenario.cluster.calibration else None)
+        calibration=Path(scenario.cluster.calibration) if scenario.cluster.calibration else None,
+        host=HostChoice(scenario.cluster.host, scenario.cluster.host_speed))
     attribution = fill_live_summary(summary, run.result, run.coverage, run.backend, topology)
+    host = resolve_host(scenario.cluster.host, Path("/"))
+    summary.host = host.at_speed(scenario.cluster.host_speed).summary()
     if run.regroups:
         summary.dedup["regroups"] = run.regroups
     write_trace(run.result, out_dir / "trace.json", attribution=attribution)
@@ -229,6 +235,8 @@ def simulate(scenario: Scenario, out_dir: Path, console: Console,
         console.print(ranks_table(summary.ranks, title=f"{scenario.name}: ranks"))
         if summary.compute_coverage:  # none for an imported trace
             console.print(coverage_line(summary.compute_coverage), highlight=False)
+        if summary.host:
+            console.print(host_line(summary.host), highlight=False)
     if summary.collectives:
         console.print(collectives_table(summary.collectives, title=scenario.name))
     steps = attribution_table(summary.attribution, title=scenario.name)

@@ -1,7 +1,8 @@
 """The subcommands: ``replay``, ``export-chakra`` and ``diff`` work on a recorded run,
-``calibrate`` on real profiler traces alone."""
+``calibrate`` on real profiler traces alone, ``host-profile`` on this machine."""
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -23,6 +24,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "calibrate": ("PROFILE... --gpu NAME --out FILE",
                   "build a kernel table from real PyTorch profiler traces of any scripts on one "
                   "GPU, with a roofline fitted to it, for a scenario's cluster.calibration"),
+    "host-profile": ("--out FILE [--name NAME] [--reference HOST] [--rounds N]",
+                     "measure this machine's host cost per mechanism (op dispatch, autograd, "
+                     "DTensor, collective calls, synchronisation, Python) beside a host-speed "
+                     "probe, for a scenario's cluster.host"),
 }
 """Each subcommand's arguments and one-line summary, for its own ``--help`` and the top-level
 one."""
@@ -35,6 +40,28 @@ def _parser(name: str, default_out: str) -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, default=None, metavar="DIR",
                         help=f"output folder (default: {default_out})")
     return parser
+
+
+def _run_own(name: str, add_arguments: Callable[[argparse.ArgumentParser], None],
+             run: Callable[[argparse.Namespace, Console], int], argv: list[str],
+             console: Console,
+             check: Callable[[argparse.ArgumentParser, argparse.Namespace], None] | None = None,
+             ) -> int:
+    """A subcommand with arguments of its own: parse (``check`` may refuse the arguments as a
+    usage error, exit 2), run, report its errors (exit 1)."""
+    from phantora.cli import report_error
+
+    parser = argparse.ArgumentParser(prog=f"phantora-ns3 {name}",
+                                     usage=f"%(prog)s {SUBCOMMANDS[name][0]}",
+                                     description=SUBCOMMANDS[name][1])
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    if check is not None:
+        check(parser, args)
+    try:
+        return run(args, console)
+    except PhantoraError as error:
+        return report_error(error, console)
 
 
 def run_subcommand(name: str, argv: list[str], console: Console) -> int:
@@ -68,26 +95,18 @@ def run_subcommand(name: str, argv: list[str], console: Console) -> int:
         return 0
     if name == "diff":
         from phantora.cli.diff import add_arguments, run_diff
-        parser = argparse.ArgumentParser(prog=f"phantora-ns3 {name}",
-                                         usage=f"%(prog)s {SUBCOMMANDS[name][0]}",
-                                         description=SUBCOMMANDS[name][1])
-        add_arguments(parser)
-        args = parser.parse_args(argv)
-        if len(args.paths) < 2:
-            parser.error("give one or more REAL_TRACE files, then RUN_DIR")
-        try:
-            return run_diff(args, console)
-        except PhantoraError as error:
-            return report_error(error, console)
+
+        def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+            if len(args.paths) < 2:
+                parser.error("give one or more REAL_TRACE files, then RUN_DIR")
+
+        return _run_own(name, add_arguments, run_diff, argv, console, check)
     if name == "calibrate":
         from phantora.cli.calibrate import add_arguments as calibrate_arguments
         from phantora.cli.calibrate import run_calibrate
-        parser = argparse.ArgumentParser(prog=f"phantora-ns3 {name}",
-                                         usage=f"%(prog)s {SUBCOMMANDS[name][0]}",
-                                         description=SUBCOMMANDS[name][1])
-        calibrate_arguments(parser)
-        try:
-            return run_calibrate(parser.parse_args(argv), console)
-        except PhantoraError as error:
-            return report_error(error, console)
+        return _run_own(name, calibrate_arguments, run_calibrate, argv, console)
+    if name == "host-profile":
+        from phantora.cli.host_profile import add_arguments as profile_arguments
+        from phantora.cli.host_profile import run_host_profile
+        return _run_own(name, profile_arguments, run_host_profile, argv, console)
     raise ValueError(f"unknown subcommand {name!r}")

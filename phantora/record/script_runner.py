@@ -15,6 +15,7 @@ from pathlib import Path
 
 from launch.launcher import Launcher
 from launch.program import Program
+from launch.spec import HostChoice
 from launch.value_policy import Routing, ValuePolicy
 from phantora.cluster.catalogue import GpuSpec
 from phantora.cluster.topology import Topology
@@ -67,7 +68,7 @@ def run_script(workload: ScriptWorkload, simulation: SimulationConfig, topology:
                new_backend: Callable[[], NetworkBackend] | None = None,
                note: Callable[[str], None] | None = None,
                kernel_scale: Mapping[int, float] | None = None,
-               calibration: Path | None = None) -> ScriptRun:
+               calibration: Path | None = None, host: HostChoice = HostChoice()) -> ScriptRun:
     """Run the script on every rank to completion (``seed``: the value model's) and record its
     execution graph to ``out_dir/graph`` (:mod:`.recorder`); raises DeadlockError /
     RankCrashed. A run that starts again (:class:`RegroupRanks`) closes ``backend`` and runs
@@ -75,7 +76,8 @@ def run_script(workload: ScriptWorkload, simulation: SimulationConfig, topology:
     user about rank deduplication (default ``echo``). ``kernel_scale``: rank -> factor on its
     kernels' durations (``slow_gpu`` faults); with any, every rank runs live (a mirror takes
     its representative's timeline). The recording keeps the kernels as the ranks costed them,
-    unscaled. ``calibration``: the kernel calibration file the ranks cost kernels from."""
+    unscaled. ``calibration``: the kernel calibration file the ranks cost kernels from; ``host``
+    the host profile and speed their host costs come from."""
     note = note or echo
     world = workload.world_size
     classes = RankClasses.choose(world) if simulation.dedup == "auto" and new_backend else \
@@ -93,7 +95,7 @@ def run_script(workload: ScriptWorkload, simulation: SimulationConfig, topology:
         try:
             result, coverage = _run_once(workload, simulation, topology, gpu, nccl,
                                          backend, out_dir, echo, seed, classes, kernel_scale,
-                                         calibration)
+                                         calibration, host)
             return ScriptRun(result, coverage, backend, regroups)
         except RegroupRanks as regroup:
             assert new_backend is not None
@@ -111,7 +113,7 @@ def _run_once(workload: ScriptWorkload, simulation: SimulationConfig, topology: 
               gpu: GpuSpec, nccl: NcclConfig, backend: NetworkBackend, out_dir: Path,
               echo: Callable[[str], None], seed: int, classes: RankClasses,
               kernel_scale: Mapping[int, float] | None,
-              calibration: Path | None) -> tuple[LiveResult, Coverage]:
+              calibration: Path | None, host: HostChoice) -> tuple[LiveResult, Coverage]:
     coverage = Coverage(gpu, calibration)
     args = [arg.replace(OUT_PLACEHOLDER, str(out_dir)) for arg in workload.args]
     launcher = Launcher(program_of(workload), args, workload.env, workload.world_size,
@@ -124,7 +126,7 @@ def _run_once(workload: ScriptWorkload, simulation: SimulationConfig, topology: 
                         counted=simulation.host_time == "counted",
                         values=ValuePolicy(Routing.parse(simulation.routing), seed,
                                            simulation.unknown_shapes),
-                        ranks=classes.live_ranks(), calibration=calibration)
+                        ranks=classes.live_ranks(), calibration=calibration, host=host)
     stop_echo = threading.Event()
     with pinned(simulation.cpus), launcher:
         tail = launcher.tail(0)

@@ -42,6 +42,15 @@ def ranks_table(ranks: list[RankResult], title: str) -> Table:
     return table
 
 
+def host_line(host: dict[str, Any]) -> str:
+    """One line saying which host profile charged the host time, at what speed."""
+    where = "bundled" if host["bundled"] else f"file {host['path']}"
+    line = f"host: profile {host['profile']} ({where}) at {host['speed']:g}x its speed"
+    if not host["bundled"]:
+        line += f"; costs it did not measure from {host['reference']}, scaled"
+    return line
+
+
 def coverage_line(coverage: dict[str, Any]) -> str:
     """One line saying where the simulated GPU time came from, and what was not measured."""
     if not coverage.get("kernels"):

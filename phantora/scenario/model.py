@@ -103,6 +103,11 @@ class ClusterConfig(_Resolved):
     calibration: str | None = None
     """Absolute path of the kernel calibration file kernel times come from
     (``phantora.compute.calibrated``); ``None``: the packaged measured tables."""
+    host: str = "h100-host"
+    """Host profile: a bundled one's name, or the absolute path of a profile file
+    (``phantora.calibration.host_profile``)."""
+    host_speed: float = 1.0
+    """The simulated host runs this many times as fast as its profile."""
 
     @computed_field  # type: ignore[prop-decorator]
     @property

@@ -15,6 +15,7 @@ from typing import TypeVar
 
 from launch.value_policy import Routing
 from phantora.calibration import host_references
+from phantora.calibration.host_profile import HostProfileError, resolve_host
 from phantora.cluster.catalogue import GpuSpec, lookup_gpu
 from phantora.cluster.topology import uplinks_for
 from phantora.compute.calibrated import Calibration
@@ -84,7 +85,8 @@ def resolve_scenario(spec: ScenarioSpec, source: str) -> Scenario:
     """The resolved scenario, or a :class:`ScenarioError` listing every cross-key problem."""
     problems: list[Problem] = []
     gpu = lookup_gpu(spec.cluster.gpu)
-    cluster = _cluster(spec.cluster, gpu, source, problems)
+    cluster = _cluster(spec.cluster, gpu, source, problems,
+                       default_host=_given(spec.simulation.host_cpu, host_references.NATIVE))
     nccl = _nccl(spec.nccl, gpu, problems)
     workload = _workload(spec, gpu, source, problems)
     routing = _routing(spec.simulation.routing, source, problems)
@@ -137,8 +139,8 @@ def _num_gpus_factors(cluster: ClusterSpec) -> str:
 
 # -- cluster and network --------------------------------------------------------------------
 
-def _cluster(spec: ClusterSpec, gpu: GpuSpec, source: str,
-             problems: list[Problem]) -> ClusterConfig | None:
+def _cluster(spec: ClusterSpec, gpu: GpuSpec, source: str, problems: list[Problem], *,
+             default_host: str) -> ClusterConfig | None:
     network = None
     if spec.hosts == 1 and spec.network is not None:
         problems.append((NET, "given, but cluster.hosts is 1, and a single host has no fabric "
@@ -150,7 +152,25 @@ def _cluster(spec: ClusterSpec, gpu: GpuSpec, source: str,
             return None
     return ClusterConfig(gpu=gpu.name, hosts=spec.hosts, gpus_per_host=spec.gpus_per_host,
                          nvlink_gbps=_given(spec.nvlink_bandwidth, gpu.nvlink_gbps),
-                         network=network, calibration=_calibration(spec, source, problems))
+                         network=network, calibration=_calibration(spec, source, problems),
+                         host=_host(spec, gpu, source, default_host, problems),
+                         host_speed=spec.host_speed)
+
+
+def _host(spec: ClusterSpec, gpu: GpuSpec, source: str, default_host: str,
+          problems: list[Problem]) -> str:
+    """The host profile's bundled name or absolute path, its file read once here so that a bad
+    one is a scenario error rather than every rank's. Default: ``simulation.host_cpu``'s
+    reference host (``default_host``), else the GPU's."""
+    if spec.host is None:
+        return host_references.reference_host(default_host, gpu.name)
+    try:
+        profile = resolve_host(spec.host, Path(source).resolve().parent)
+    except HostProfileError as error:
+        problems.append(("cluster.host", f'got "{spec.host}"; {error} (paths are relative to '
+                                         "the scenario file's folder)"))
+        return host_references.reference_host(None, gpu.name)
+    return profile.name if profile.bundled else str(profile.path)
 
 
 def _calibration(spec: ClusterSpec, source: str, problems: list[Problem]) -> str | None:

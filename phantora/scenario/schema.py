@@ -336,6 +336,14 @@ class ClusterSpec(_Section):
     calibration: Annotated[str, MinLen(1)] | None = None
     """Kernel calibration file (phantora-ns3 calibrate), relative to the scenario file: kernel
     times come from it and the roofline fitted to it, not from the packaged tables."""
+    host: Annotated[str, MinLen(1)] | None = None
+    """Host profile: what each host's CPU spends per mechanism (op dispatch, autograd, DTensor,
+    collective calls, synchronisation, Python). A bundled one (h100-host, h200-host) or a file
+    from phantora-ns3 host-profile, relative to the scenario file; default
+    simulation.host_cpu's reference host, else the GPU's."""
+    host_speed: Annotated[float, Field(gt=0, le=100)] = 1.0
+    """How many times as fast as its profile the simulated host runs (0.5: every host cost
+    doubles); default 1."""
 
 
 class NcclSpec(_Section):

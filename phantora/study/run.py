@@ -44,17 +44,16 @@ def run_sweep(sweep: Sweep, out_dir: Path | None, console: Console, point_module
         for point in sweep.points if point.scenario is None}
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console) as progress:
-        bar = progress.add_task(f"sweep {sweep.name}", total=len(sweep.points) + int(
-            sweep.needs_recording))
-        progress.advance(bar, len(rows))
         base_error = ""
-        if sweep.needs_recording:
-            progress.update(bar, description="live recording of the base scenario")
+        if sweep.needs_recording:  # its own bar: the recording is no point of the sweep
+            recording = progress.add_task("live recording of the base scenario", total=1)
             base = {"data": {**sweep.base, "name": f"{sweep.name}-base"},
                     "source": sweep.source, "out": str(out_dir / BASE_DIR), "replay_of": None}
             code, output, _ = run_point(point_module, base, out_dir / BASE_DIR / "point.json")
             base_error = "" if code == 0 else f"the base recording failed: {_tail(output)}"
-            progress.advance(bar)
+            progress.advance(recording)
+        bar = progress.add_task(f"sweep {sweep.name}", total=len(sweep.points))
+        progress.advance(bar, len(rows))
         runnable = []
         for point, spec in tasks:
             if spec["replay_of"] and base_error:
@@ -62,7 +61,6 @@ def run_sweep(sweep: Sweep, out_dir: Path | None, console: Console, point_module
                 progress.advance(bar)
             else:
                 runnable.append((point, spec))
-        progress.update(bar, description=f"sweep {sweep.name}")
 
         def done(point: SweepPoint, spec: dict[str, Any], code: int, output: str,
                  wall_s: float) -> None:

@@ -187,7 +187,7 @@ def test_ops_and_collectives_charge_the_host_cost_table() -> None:
     assert runtime.clock.host_split().table_ns == sum(charged)
 
 
-def test_a_collective_on_two_ranks_costs_more_the_longer_since_the_last() -> None:
+def test_a_collective_on_two_ranks_costs_more_the_more_host_work_since_the_last() -> None:
     from tests.intercept.dist_coordinator import make_runtime
 
     runtime, _ = make_runtime(op_cost_ns=0)
@@ -200,13 +200,16 @@ def test_a_collective_on_two_ranks_costs_more_the_longer_since_the_last() -> Non
         return runtime.clock.now_ns() - before
 
     first, back_to_back = charged(), charged()
-    runtime.clock.charge(2_000_000)  # 2 ms of other host work
+    runtime.clock.charge(2_000_000)  # 2 ms waiting (a sleep, a synchronize): nothing goes cold
+    after_wait = charged()
+    runtime.clock.charge_table(2_000_000)  # 2 ms of other host work
     after_work = charged()
     call = runtime.host_costs.script_call_ns
     assert first == model.call_ns("all_reduce", None) - call
-    assert back_to_back == model.call_ns("all_reduce", 0) - call
-    assert after_work == model.call_ns("all_reduce", 2_000_000) - call
-    assert back_to_back < after_work < first
+    assert back_to_back == after_wait == model.call_ns("all_reduce", 0) - call
+    wait = load_host_spread().wait_ns(2_000_000, 2)  # for the slower host, after that work
+    assert after_work == model.call_ns("all_reduce", 2_000_000) - call + wait
+    assert back_to_back < after_work - wait < first
 
 
 def test_a_collective_waits_for_the_slowest_host_of_its_group_after_host_work() -> None:

@@ -7,7 +7,9 @@ import pytest
 
 from intercept.host_time.clock import VirtualClock
 from intercept.host_time.host_cost import (INDEX_PUT_ACCUMULATE, SORT_SMALL, TABLE_PATH, family_of,
-                                 load_table, table_for, table_from_json)
+                                           load_table, table_from_json)
+from intercept.host_time.host_profile_costs import table_for_profile
+from phantora.calibration.host_profile import bundled
 from intercept.host_time.residual import ResidualSmoother
 from phantora.calibration.host_references import references
 
@@ -49,14 +51,13 @@ def test_another_reference_host_scales_the_table_by_its_op_dispatch_speed() -> N
     hosts = references().hosts
     base = load_table()
     other = next(name for name in hosts if name != base.reference)
-    scaled = table_for(other, "h100")
+    scaled = table_for_profile(bundled(other))
     factor = hosts[other].components_ns["torch_ops"] / hosts[base.reference].components_ns[
         "torch_ops"]
     assert scaled.families_ns["matmul"] == round(base.families_ns["matmul"] * factor)
     assert scaled.ops_ns["sort"] == round(base.ops_ns["sort"] * factor)
     assert scaled.gemm.base_ns == round(base.gemm.base_ns * factor)
     assert scaled.gemm.reference == other
-    assert table_for(None, "h100").reference == references().for_gpu("h100").name
 
 
 def test_a_table_of_another_version_or_without_a_family_is_refused() -> None:

@@ -1,0 +1,75 @@
+"""A rank's host costs from its host profile (``cluster.host``, ``cluster.host_speed``;
+``phantora.calibration.host_profile``): the host-cost table and the Python weights it charges.
+
+A bundled profile is the shipped table of its reference host. A profile file replaces each
+mechanism it measured (op families, a collective call on one rank, synchronisation, autograd's
+record and node, DTensor's dispatch, the plain call) with its own cost, and puts the rest of its
+reference's table on its host's footing: times the median ratio of its measured op families to
+the reference's (the host's CUDA op path against the reference's), or where it measured no
+family (no GPU), times the host-speed probe's ``torch_ops`` ratio. The script's Python is
+charged at the reference's weights times the probe's ``calls`` ratio, with the reference's
+cold-code factor. Then every cost is divided by the host's speed.
+
+No torch import.
+"""
+
+import statistics
+from dataclasses import replace
+from pathlib import Path
+
+from intercept.host_time.host_cost import HostCostTable, load_table
+from intercept.host_time.python_work import StepWeights, weights_for
+from phantora.calibration.host_profile import HostProfile, resolve_host
+
+LAYER_KEYS = {"autograd_record_ns": "autograd_record", "autograd_node_ns": "autograd_node",
+              "tensor_subclass_ns": "tensor_subclass"}
+"""Measured mechanisms that replace a ``layers_ns`` cost of the table."""
+
+
+def load_host_profile(profile: str) -> HostProfile:
+    """``cluster.host`` as the scenario resolved it: a bundled name or an absolute path."""
+    return resolve_host(profile, Path("/"))
+
+
+def op_scale(profile: HostProfile, table: HostCostTable) -> float:
+    """How many times as long as ``table`` (its reference's) this host's op path takes: the
+    median ratio over the op families it measured, else the probe's ``torch_ops`` ratio."""
+    families = profile.measured.get("families_ns", {})
+    if families:
+        return statistics.median(ns / table.families_ns[f] for f, ns in families.items())
+    return profile.probe_scale("torch_ops")
+
+
+def table_for_profile(profile: HostProfile) -> HostCostTable:
+    """The host-cost table the profile charges (see the module doc)."""
+    table = load_table().scaled_to(profile.reference)
+    if not profile.bundled:
+        measured = profile.measured
+        table = table.scaled(op_scale(profile, table), profile.name)
+        collectives = {**table.collectives_ns, **measured.get("collectives_ns", {})}
+        if "default" not in measured.get("collectives_ns", {}) and "collectives_ns" in measured:
+            collectives["default"] = round(statistics.median(measured["collectives_ns"].values()))
+        table = replace(
+            table,
+            script_call_ns=round(measured.get("script_call_ns", table.script_call_ns)),
+            families_ns={**table.families_ns, **_ints(measured.get("families_ns", {}))},
+            foreach_per_tensor_ns=round(measured.get("foreach_per_tensor_ns",
+                                                     table.foreach_per_tensor_ns)),
+            collectives_ns=_ints(collectives),
+            sync_ns={**table.sync_ns, **_ints(measured.get("sync_ns", {}))},
+            layers_ns={**table.layers_ns, **{layer: round(measured[key])
+                                              for key, layer in LAYER_KEYS.items()
+                                              if key in measured}},
+            provenance={**table.provenance, "host_profile": str(profile.path)})
+    return table if profile.speed == 1.0 else table.scaled(1 / profile.speed, table.reference)
+
+
+def weights_for_profile(profile: HostProfile) -> StepWeights:
+    """The Python weights the profile charges (see the module doc)."""
+    weights = weights_for(profile.reference)
+    factor = (1.0 if profile.bundled else profile.probe_scale("calls")) / profile.speed
+    return StepWeights(cold=weights.cold.scaled(factor), hot=weights.hot.scaled(factor))
+
+
+def _ints(values: dict[str, float]) -> dict[str, int]:
+    return {k: round(v) for k, v in values.items()}
