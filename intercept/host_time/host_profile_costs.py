@@ -7,8 +7,9 @@ record and node, DTensor's dispatch, the plain call) with its own cost, and puts
 reference's table on its host's footing: times the median ratio of its measured op families to
 the reference's (the host's CUDA op path against the reference's), or where it measured no
 family (no GPU), times the host-speed probe's ``torch_ops`` ratio. The script's Python is
-charged at the reference's weights times the probe's ``calls`` ratio, with the reference's
-cold-code factor. Then every cost is divided by the host's speed.
+charged at the weights it measured (a line, a call), else the reference's times the probe's
+``calls`` ratio, with the reference's cold-code factor. Then every cost is divided by the host's
+speed.
 
 No torch import.
 """
@@ -18,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from intercept.host_time.host_cost import HostCostTable, load_table
-from intercept.host_time.python_work import StepWeights, weights_for
+from intercept.host_time.python_work import StepWeights, WorkWeights, weights_for
 from phantora.calibration.host_profile import HostProfile, resolve_host
 
 LAYER_KEYS = {"autograd_record_ns": "autograd_record", "autograd_node_ns": "autograd_node",
@@ -67,8 +68,16 @@ def table_for_profile(profile: HostProfile) -> HostCostTable:
 def weights_for_profile(profile: HostProfile) -> StepWeights:
     """The Python weights the profile charges (see the module doc)."""
     weights = weights_for(profile.reference)
-    factor = (1.0 if profile.bundled else profile.probe_scale("calls")) / profile.speed
-    return StepWeights(cold=weights.cold.scaled(factor), hot=weights.hot.scaled(factor))
+    cold_factor = weights.cold.line_ns / weights.hot.line_ns
+    if profile.bundled:
+        hot = weights.hot
+    elif "python_line_ns" in profile.measured and "python_call_ns" in profile.measured:
+        hot = WorkWeights(float(profile.measured["python_line_ns"]),
+                          float(profile.measured["python_call_ns"]))
+    else:
+        hot = weights.hot.scaled(profile.probe_scale("calls"))
+    hot = hot.scaled(1 / profile.speed)
+    return StepWeights(cold=hot.scaled(cold_factor), hot=hot)
 
 
 def _ints(values: dict[str, float]) -> dict[str, int]:

@@ -88,10 +88,15 @@ def test_a_profile_replaces_what_it_measured_and_scales_the_rest(tmp_path: Path)
     assert table.sync_ns["device"] == 7000
     assert table.sync_ns["query"] == round(base.sync_ns["query"] * 3)
     assert table.layers_ns["tensor_subclass"] == 20000
-    # Python follows the probe's calls component (2x the reference's)
+    # Python follows the probe's calls component (2x the reference's) where not measured
     ref = weights_for(REFERENCE)
     assert weights_for_profile(profile).hot.line_ns == pytest.approx(ref.hot.line_ns * 2)
     assert "families_ns" in profile.sources()
+    timed = load_host_profile(str(_profile(tmp_path, python_line_ns=40.0, python_call_ns=90.0)))
+    weights = weights_for_profile(timed)
+    assert (weights.hot.line_ns, weights.hot.call_ns) == (40.0, 90.0)
+    assert weights.cold.line_ns / weights.hot.line_ns == pytest.approx(
+        ref.cold.line_ns / ref.hot.line_ns)
 
 
 def test_host_speed_divides_every_host_cost() -> None:
