@@ -20,18 +20,16 @@ import argparse
 import json
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 from functools import cache
 from pathlib import Path
 
-import yaml
-
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from phantora.cli.host_profile import profile_of  # noqa: E402
+from scripts.validate.variants import simulate_variant  # noqa: E402
 
 DATA = REPO / "scripts" / "measure" / "data" / "host_paths"
 RESULTS = REPO / "scripts" / "validate" / "results" / "validate_host_paths.txt"
@@ -56,16 +54,8 @@ def timings(text: str) -> dict[str, list[float]]:
 def simulate(kind: str, host: str | None, out: Path) -> dict[str, float]:
     """The timing scenario of ``kind`` simulated (``cluster.host`` = ``host`` if given)."""
     source = REPO / "scenarios" / "timing" / SCENARIOS[kind]
-    scenario = yaml.safe_load(source.read_text())
-    scenario["workload"]["script"] = str((source.parent / scenario["workload"]["script"])
-                                         .resolve())
-    if host is not None:
-        scenario["cluster"]["host"] = host
-    path = out / f"{kind}-{'bundled' if host is None else Path(host).stem}.yaml"
-    path.write_text(yaml.safe_dump(scenario))
-    run_dir = out / path.stem
-    subprocess.run([sys.executable, "-m", "phantora.cli", str(path), "--out", str(run_dir)],
-                   check=True, capture_output=True)
+    run_dir = simulate_variant(source, {} if host is None else {"host": host}, out,
+                               "bundled" if host is None else Path(host).stem)
     return {case: values[0] for case, values in
             timings((run_dir / "ranks" / "rank0.log").read_text()).items()}
 
