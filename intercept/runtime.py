@@ -222,12 +222,13 @@ class RankRuntime:
 
     def _sync_call_host(self, call: str) -> None:
         """The host's cost of a call that waits on or marks the GPU (``sync_ns``), before any
-        wait: counted mode charges the table's; measured mode already holds it in the CPU
-        time."""
+        wait, in counted and measured mode alike: the stand-ins' own Python runs in the
+        simulator's time in both (reproducible mode charges its fixed cost per op)."""
         self.clock.tick()
-        if self._counted_work is not None:
+        if not self.clock.reproducible:
             with self.clock.excluded():
-                self._counted_work.count_this_thread()
+                if self._counted_work is not None:
+                    self._counted_work.count_this_thread()
                 self.clock.charge_table(self.host_costs.sync_ns[call])
 
     def collective(self, *, group: str, ranks: tuple[int, ...], op: IssuedOp, nbytes: int,

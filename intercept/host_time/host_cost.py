@@ -45,6 +45,7 @@ from intercept.host_time.collective_host import CollectiveCallCost, load_collect
 from intercept.host_time.compiled_call import load_compiled_call
 from intercept.host_time.gemm_heuristic import GemmHeuristic, load_gemm_heuristic
 from intercept.host_time.host_fit import load_fit
+from phantora.calibration.host_profile import FAMILIES, SYNC_CALLS
 from phantora.calibration.tables import HOST_COSTS
 
 TABLE_PATH = HOST_COSTS.path
@@ -78,8 +79,6 @@ FUSED_OPTIMIZERS = frozenset({"_fused_adamw_", "_fused_adam_", "_fused_sgd_", "_
 LAYERS = ("autograd_record",)
 """The keys of ``layers_ns`` in the table's file; :func:`load_table` adds ``autograd_node`` and
 ``tensor_subclass`` from the constants fitted on real steps (``intercept.host_time.host_fit``)."""
-SYNC_CALLS = ("device", "stream", "event", "query", "record_event")
-"""The keys of ``sync_ns``: the calls that wait on or mark the GPU's progress."""
 SORT_SMALL = "sort_small"
 """The ``ops_ns`` key of a ``sort`` of at most :data:`SMALL_SORT_MAX` elements along its dim:
 ATen sorts those in one kernel, longer ones with a radix sort of tens of kernels."""
@@ -220,10 +219,7 @@ def table_from_json(data: dict[str, Any], gemm: GemmHeuristic | None = None) -> 
                          f"version {TABLE_VERSION} (re-derive it with scripts/"
                          "measure_host_costs.py --import-raw ... --import-ops ...)")
     families = {k: int(v) for k, v in data["families_ns"].items()}
-    needed = {"view", "elementwise", "elementwise_inplace", "foreach", "matmul", "matmul_bias",
-              "norm", "softmax", "reduction", "embedding", "cat", "index", "factory", "alloc",
-              "attention"}
-    missing = needed - families.keys()
+    missing = set(FAMILIES) - families.keys()
     if missing:
         raise ValueError(f"host cost table: families_ns lacks {sorted(missing)}")
     if "ops_ns" not in data:

@@ -27,9 +27,11 @@ PROFILE_VERSION = 1
 FAMILIES = ("view", "alloc", "elementwise", "elementwise_inplace", "factory", "reduction",
             "matmul", "matmul_bias", "norm", "softmax", "attention", "embedding", "cat", "index",
             "foreach")
-"""The op families a profile may measure (``intercept.host_time.host_cost.family_of``)."""
+"""The op families of ``intercept.host_time.host_cost.family_of``: every one a host-cost table
+holds, and a profile may measure."""
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "default")
 SYNC_CALLS = ("device", "stream", "event", "query", "record_event")
+"""The calls that wait on or mark the GPU's progress: the keys of a table's ``sync_ns``."""
 SCALARS_NS = ("script_call_ns", "foreach_per_tensor_ns", "autograd_record_ns", "autograd_node_ns",
               "tensor_subclass_ns")
 PYTHON = ("python_line_ns", "python_call_ns")
