@@ -14,10 +14,13 @@ class HostChoice:
     """The simulated host: its profile (``cluster.host``: a bundled profile's name or a profile
     file's absolute path, ``phantora.calibration.host_profile``) and its speed against it
     (``cluster.host_speed``); ``profile`` ``None``: ``host_cpu``'s reference host, else the
-    GPU's."""
+    GPU's. ``cpus``: how many CPUs the host has."""
 
     profile: str | None = None
     speed: float = 1.0
+    cpus: int | None = None
+    """Logical CPUs the script sees on its host (``cluster.cpus_per_host``:
+    ``intercept.process.host_cpus``); ``None``: this machine's own."""
 
 
 @dataclass(frozen=True, slots=True)

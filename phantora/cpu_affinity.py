@@ -7,17 +7,25 @@ by default; several ranks are not pinned (time-sharing one CPU made them slower 
 the measured steps). The measurements behind both choices: ``docs/models/host.md``.
 """
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 SHARED_CORE_MAX_CPUS = 2
 """Machines with at most this many usable CPUs run a one-rank simulation on one of them by
 default."""
 
 
+def _real(name: str) -> Callable[..., Any]:
+    """``os.<name>`` as this machine answers it: inside a rank ``os`` reports the simulated host
+    (``intercept.process.host_cpus``, which keeps the real function as ``__wrapped__``)."""
+    function = getattr(os, name)
+    return getattr(function, "__wrapped__", function)  # type: ignore[no-any-return]
+
+
 def usable_cpus() -> list[int]:
     """The CPUs this process may run on (its affinity mask, which a container may narrow)."""
-    return sorted(os.sched_getaffinity(0))
+    return sorted(_real("sched_getaffinity")(0))
 
 
 def default_cpus(ranks: int) -> int:
@@ -37,8 +45,8 @@ def pinned(count: int) -> Iterator[None]:
     if count == len(before):
         yield
         return
-    os.sched_setaffinity(0, before[:count])
+    _real("sched_setaffinity")(0, before[:count])
     try:
         yield
     finally:
-        os.sched_setaffinity(0, before)
+        _real("sched_setaffinity")(0, before)

@@ -5,9 +5,9 @@ The fork server (:mod:`.fork_server`) forks and calls :func:`run_rank`, which ne
 1. becomes its own process group (so the launcher can kill it with every child it forks, e.g.
    DataLoader workers) and dies with the fork server (``PR_SET_PDEATHSIG``);
 2. sends fds 1 and 2 to ``DIR/ranks/rank<N>.log`` (line-buffered, so the log can be tailed);
-3. sets the environment as torchrun does, then the working folder, ``sys.argv`` and
-   ``sys.path[0]`` as the interpreter would for the :class:`~launch.program.Program` (a script
-   or ``-m module``);
+3. sets the environment as torchrun does, the simulated host's CPU count
+   (:mod:`.host_cpus`), then the working folder, ``sys.argv`` and ``sys.path[0]`` as the
+   interpreter would for the :class:`~launch.program.Program` (a script or ``-m module``);
 4. creates the :class:`~intercept.runtime.RankRuntime` (clock, client, heartbeat), enters the
    fake CUDA mode, patches ``time``;
 5. runs the program as ``__main__`` (``runpy``); then, as the interpreter would, joins
@@ -36,6 +36,7 @@ from intercept.host_time.host_speed import host_speed_for
 from intercept.host_time.python_work import CountedWork
 from intercept.host_time.residual import ResidualSmoother
 from intercept.process import shim
+from intercept.process.host_cpus import simulate_host_cpus
 from intercept.process.client import CoordinatorClient
 from intercept.runtime import KernelCostModel, RankRuntime
 from launch.program import Program
@@ -101,6 +102,8 @@ def _run(spec: LaunchSpec, rank: int, kernel_cost: KernelCostModel) -> int:
     """Set up the rank, run the script, send the Exit; returns the exit status."""
     os.environ.update(spec.env)
     os.environ.update(spec.rank_env(rank))
+    if spec.host.cpus is not None:
+        simulate_host_cpus(spec.host.cpus)
     spec.program.enter(spec.args)
     atexit._clear()  # the fork server's handlers are not the script's
 

@@ -133,7 +133,8 @@ def _script(workload: ScriptWorkload, scenario: Scenario, summary: Summary, topo
         note=lambda line: console.print(escape(line), style="yellow", highlight=False),
         kernel_scale=scenario.kernel_scale(),
         calibration=Path(scenario.cluster.calibration) if scenario.cluster.calibration else None,
-        host=HostChoice(scenario.cluster.host, scenario.cluster.host_speed))
+        host=HostChoice(scenario.cluster.host, scenario.cluster.host_speed,
+                        scenario.cluster.cpus_per_host))
     attribution = fill_live_summary(summary, run.result, run.coverage, run.backend, topology)
     host = resolve_host(scenario.cluster.host, Path("/"))
     summary.host = host.at_speed(scenario.cluster.host_speed).summary()

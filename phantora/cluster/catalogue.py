@@ -33,6 +33,10 @@ class GpuSpec:
     power_w: float | None = None
     """Board power cap (W) of a TSMC 4N-class part (Hopper, Blackwell), which bounds its tensor
     rate (:attr:`tensor_tflops`); ``None``: not bounded by power in the model."""
+    host_cpus_per_gpu: int = 28
+    """Logical CPUs (hardware threads) per GPU in the reference system, the host's count over
+    its GPUs: a simulated host of ``gpus_per_host`` GPUs has this many times as many
+    (``cluster.cpus_per_host``), and its script sees them in ``os.cpu_count()``."""
 
     @property
     def tensor_tflops(self) -> float:
@@ -60,12 +64,15 @@ CATALOGUE: dict[str, GpuSpec] = {
     # H100 SXM5: 80 GB HBM3 3.35 TB/s, 989 TFLOP/s dense BF16, NVLink4 18 links x 25 GB/s per
     # direction = 450 GB/s (NVIDIA H100 datasheet); DGX H100: 8x ConnectX-7 400 Gb/s.
     # total_memory as the lent H100 reports it: 85,017,493,504 B (81,079 MiB).
+    # DGX H100 CPUs: 2x Intel Xeon Platinum 8480C, 112 cores total (DGX H100/H200 user guide,
+    # "Hardware Overview"), 224 threads with Hyper-Threading: 28 per GPU.
     "h100": GpuSpec("h100", "NVIDIA H100 80GB HBM3", 90, 132, 85_017_493_504, 3350.0, 989.0,
-                    4, 18, 3600.0, 400.0, power_w=700.0),
+                    4, 18, 3600.0, 400.0, power_w=700.0, host_cpus_per_gpu=224 // 8),
     # H200 SXM: 141 GB HBM3e 4.8 TB/s, same compute and NVLink as H100 (NVIDIA H200 datasheet).
-    # The lent machines report 143771 MiB.
+    # The lent machines report 143771 MiB. DGX H200: the DGX H100's 2x Xeon Platinum 8480C,
+    # 224 threads (DGX H100/H200 user guide): 28 per GPU.
     "h200": GpuSpec("h200", "NVIDIA H200", 90, 132, 143771 * 2**20, 4800.0, 989.0,
-                    4, 18, 3600.0, 400.0, power_w=700.0),
+                    4, 18, 3600.0, 400.0, power_w=700.0, host_cpus_per_gpu=224 // 8),
     # H100 SXM with 96 GB HBM2e at 2.4 TB/s, power-capped at 500 W: Meta's Grand Teton
     # platform, where TorchTitan's published numbers were taken (torchtitan docs/performance.md:
     # "96GB HBM2e with 2.4 TB/sec", "default 500W power limit", "400 Gb/s per GPU" RDMA;
@@ -75,18 +82,23 @@ CATALOGUE: dict[str, GpuSpec] = {
     # H100 NVL (835 TFLOP/s dense BF16 at 400 W, NVL datasheet) and H100 SXM (989 at 700 W):
     # 835 + (989 - 835) * (500 - 400) / (700 - 400) = 886 TFLOP/s, uncertain by about 5%.
     # Under dense tensor work the 500 W cap binds first: 706 TFLOP/s (tensor_tflops).
+    # Grand Teton's CPU count is not in torchtitan's notes: the DGX H100's 28 threads per GPU.
     "h100-hbm2e-96g": GpuSpec("h100-hbm2e-96g", "NVIDIA H100", 90, 132, 95 * _GIB, 2400.0,
-                              886.0, 4, 18, 3600.0, 400.0, power_w=500.0),
+                              886.0, 4, 18, 3600.0, 400.0, power_w=500.0,
+                              host_cpus_per_gpu=224 // 8),
     # A100 SXM4 80GB: 2.039 TB/s HBM2e, 312 TFLOP/s BF16, NVLink3 12 links x 25 GB/s per
     # direction = 300 GB/s (A100 datasheet); DGX A100: 8x ConnectX-6 200 Gb/s. TSMC N7, 400 W:
     # not power-bound in the model (its large GEMMs run at 86.9% of peak, ml-engineering MAMF).
+    # DGX A100 CPUs: 2x AMD EPYC 7742, 128 cores total (DGX A100 datasheet), 256 threads with
+    # SMT: 32 per GPU.
     "a100-80g": GpuSpec("a100-80g", "NVIDIA A100-SXM4-80GB", 80, 108, 80 * _GIB, 2039.0, 312.0,
-                        3, 12, 2400.0, 200.0),
+                        3, 12, 2400.0, 200.0, host_cpus_per_gpu=256 // 8),
     # B200: 180 GB HBM3e 8 TB/s, ~2250 TFLOP/s dense BF16, NVLink5 18 links x 50 GB/s per
     # direction = 900 GB/s (DGX B200 datasheet); DGX B200: 8x ConnectX-7 400 Gb/s; 1000 W per
-    # GPU (HGX B200), which feeds 1413 TFLOP/s of tensor work (tensor_tflops).
+    # GPU (HGX B200), which feeds 1413 TFLOP/s of tensor work (tensor_tflops). DGX B200 CPUs:
+    # 2x Intel Xeon Platinum 8570, 112 cores total (DGX B200 datasheet), 224 threads: 28 per GPU.
     "b200": GpuSpec("b200", "NVIDIA B200", 100, 148, 180 * 10**9, 8000.0, 2250.0,
-                    5, 18, 7200.0, 400.0, power_w=1000.0),
+                    5, 18, 7200.0, 400.0, power_w=1000.0, host_cpus_per_gpu=224 // 8),
 }
 
 

@@ -98,6 +98,8 @@ class ClusterConfig(_Resolved):
     gpus_per_host: int
     nvlink_gbps: float
     """NVLink rate per GPU and direction."""
+    cpus_per_host: int = 224
+    """Logical CPUs of each host, as the script sees them (``os.cpu_count()``)."""
     network: NetworkConfig | None
     """``None`` on a single host, whose GPUs only talk over NVLink."""
     calibration: str | None = None

@@ -152,6 +152,8 @@ def _cluster(spec: ClusterSpec, gpu: GpuSpec, source: str, problems: list[Proble
             return None
     return ClusterConfig(gpu=gpu.name, hosts=spec.hosts, gpus_per_host=spec.gpus_per_host,
                          nvlink_gbps=_given(spec.nvlink_bandwidth, gpu.nvlink_gbps),
+                         cpus_per_host=_given(spec.cpus_per_host,
+                                              gpu.host_cpus_per_gpu * spec.gpus_per_host),
                          network=network, calibration=_calibration(spec, source, problems),
                          host=_host(spec, gpu, source, default_host, problems),
                          host_speed=spec.host_speed)

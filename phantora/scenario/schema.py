@@ -62,6 +62,9 @@ MAX_FAT_TREE_K = 64
 """The radix of today's largest 400G/800G switch ASICs (64 ports)."""
 MAX_NCCL_CHANNELS = 64
 """NCCL's ``MAXCHANNELS`` (NVIDIA/nccl ``src/include/device.h``)."""
+MAX_CPUS_PER_HOST = 4096
+"""The most logical CPUs a simulated host may have: far above any GPU server's (a DGX H100 has
+224)."""
 
 _RATE_HINT = 'expected a rate with a unit, e.g. "400Gbps" or "50GBps"'
 _SIZE_HINT = 'expected a size in bytes, e.g. 65536, "64KiB" or "1GiB"'
@@ -329,6 +332,11 @@ class ClusterSpec(_Section):
     """Number of servers, up to 4096; default 1."""
     gpus_per_host: Annotated[int, Field(ge=1, le=16)] = 8
     """GPUs on each server's NVSwitch, 1 to 16; default 8."""
+    cpus_per_host: Annotated[int, Field(ge=1, le=MAX_CPUS_PER_HOST)] | None = None
+    """Logical CPUs of each server, what the script sees in os.cpu_count() and
+    os.sched_getaffinity(0) (a DataLoader sizes its workers by it); default the GPU's reference
+    server per GPU times gpus_per_host (DGX H100, H200, B200: 28 per GPU, 224 for 8; DGX A100:
+    32). Where the simulation really runs is simulation.cpus."""
     nvlink_bandwidth: Rate | None = None
     """NVLink rate per GPU and direction; default the GPU's catalogue figure."""
     network: NetworkSpec | None = None

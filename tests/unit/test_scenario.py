@@ -216,8 +216,8 @@ def test_rate_without_unit_names_file_key_value_and_fix() -> None:
 def test_unknown_key_suggests_the_intended_one() -> None:
     assert only_problem(scenario({"gpu": "h100", "netwrok": {}})) == (
         'scenarios/x.yaml: cluster.netwrok: unknown key; did you mean "network"? '
-        "(allowed: gpu, hosts, gpus_per_host, nvlink_bandwidth, network, calibration, host, "
-        "host_speed)")
+        "(allowed: gpu, hosts, gpus_per_host, cpus_per_host, nvlink_bandwidth, network, "
+        "calibration, host, host_speed)")
 
 
 def test_unknown_gpu_lists_the_catalogue() -> None:
@@ -325,7 +325,7 @@ def test_k_too_small_shows_every_factor() -> None:
      "workload.collectives.ranks[0]: got -1; expected an integer >= 0"),
     ({"cluster": "h100", "workload": WORKLOAD},
      'cluster: got "h100"; expected a mapping with keys gpu, hosts, gpus_per_host, '
-     "nvlink_bandwidth, network"),
+     "cpus_per_host, nvlink_bandwidth"),
     ([1, 2], "top level: got [1, 2]; expected a mapping with keys name, seed, cluster, nccl, "
              "workload"),
 ])
@@ -348,8 +348,8 @@ def test_misspelt_required_key_is_reported_once() -> None:
 def test_unknown_key_without_a_close_match_says_to_remove_it() -> None:
     assert only_problem(scenario({"gpu": "h100", "colour": "red"})) == (
         "scenarios/x.yaml: cluster.colour: unknown key; remove it or fix its spelling "
-        "(allowed: gpu, hosts, gpus_per_host, nvlink_bandwidth, network, calibration, host, "
-        "host_speed)")
+        "(allowed: gpu, hosts, gpus_per_host, cpus_per_host, nvlink_bandwidth, network, "
+        "calibration, host, host_speed)")
 
 
 def test_every_problem_gets_its_own_line() -> None:
