@@ -19,7 +19,7 @@ Wiring:
 * every rank's stdout and stderr go to ``out_dir/ranks/rank<N>.log`` (:meth:`Launcher.tail`
   follows one), the fork server's own to ``out_dir/ranks/fork_server.log``.
 
-No orphans: the fork server runs in its own session (Ctrl-C in the terminal reaches only the
+No orphans: the fork server runs in its own POSIX session (Ctrl-C in the terminal reaches only the
 coordinator, which then calls :meth:`Launcher.close`), dies with the coordinator
 (``PR_SET_PDEATHSIG``, on which it kills its ranks first), and reaps every descendant (it is a
 child subreaper). Each rank is its own process group, so killing a rank kills its DataLoader

@@ -4,7 +4,7 @@ a rank's host time.
 A rank's virtual host time has two parts (``intercept.host_time.clock``):
 
 * **table-charged**: per intercepted operation, what the reference host spends on it beyond the
-  script's own Python call, from a table measured on the lent GPU machines
+  script's own Python call, from a table measured on H100 cloud VMs
   (``scripts/measure/measure_host_costs.py``; ``phantora/calibration/data/host_costs.json`` with its
   provenance, ``phantora.calibration.tables.HOST_COSTS``). It never depends on the machine that
   simulates, its load or the number of ranks on it.

@@ -61,7 +61,7 @@ measured here (no device time for it): PyTorch's maintainers quote ~300 MB (pyto
 #107667, 2023) and "around 400MB if CUDA >= 11.7 is used and lazy module loading enabled"
 (#109888, 2023; lazy loading is PyTorch's default); an H100's 132 SMs reserve more local
 memory than those GPUs, hence 512 MiB, one figure for every GPU. Replace it by
-``total - mem_get_info()[0]`` right after ``torch.cuda.init()`` on the lent H100/H200."""
+``total - mem_get_info()[0]`` right after ``torch.cuda.init()`` on a measured H100/H200."""
 
 STAT_KINDS = ("all", "small_pool", "large_pool")
 """Pool breakdown of every counter (PyTorch's ``StatType``: aggregate, small, large)."""

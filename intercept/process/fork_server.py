@@ -8,8 +8,8 @@ backend; the compute model and the cuBLAS kernel map), answers ``Ready`` (or ``F
 forks one rank per ``Spawn`` (each runs :func:`intercept.process.rank_main.run_rank`) and
 reports ``Spawned`` and ``RankExit`` until ``Shutdown`` or the coordinator's end closes.
 
-It runs in its own session, dies with the coordinator (``PR_SET_PDEATHSIG``, killing its ranks
-first) and reaps every descendant (a child subreaper), so no rank outlives the coordinator.
+It runs in its own POSIX session, dies with the coordinator (``PR_SET_PDEATHSIG``, killing
+its ranks first) and reaps every descendant (a child subreaper), so no rank outlives the coordinator.
 """
 
 import ctypes

@@ -13,7 +13,7 @@ from types import MappingProxyType
 from phantora.calibration.source import UNKNOWN, Measured, Source
 
 _H200X2 = dict(file="scripts/data/collectives/h200x2/results.csv", date="2026-11-22",
-               gpu="2x NVIDIA H200 (lent nvidia-h200-x2, NV18, NVLS off)",
+               gpu="2x NVIDIA H200 (a two-GPU cloud VM, NV18, NVLS off)",
                nccl="2.28.9+cuda13.0", torch="2.11.0+cu130")
 """``scripts/measure/measure_collectives.py`` runs 1-3
 (``scripts/data/collectives/h200x2/README.md``; the 2 and 4 GiB points in

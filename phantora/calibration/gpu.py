@@ -8,7 +8,7 @@ misses: ``docs/models/compute.md``).
 
 from phantora.calibration.source import NO_NCCL, Measured, Source
 
-_OPS_H100 = dict(date="2026-11-22", gpu="NVIDIA H100 80GB HBM3 (lent nvidia-h100-x1)",
+_OPS_H100 = dict(date="2026-11-22", gpu="NVIDIA H100 80GB HBM3 (a one-GPU cloud VM)",
                  nccl=NO_NCCL, torch="2.11.0+cu130")
 """``scripts/measure/profile_ops.py`` runs of ``scenarios/examples/gpt_single.py``, batch 8 x
 1024 (``scripts/measure/data/ops/README.md``)."""
@@ -33,7 +33,7 @@ ordinary CPU tensor does); pinned memory would run ~3-7x faster."""
 
 _OVERLAP_H200X2 = dict(
     file="scripts/measure/data/overlap/h200x2/results.csv", date="2026-11-22",
-    gpu="2x NVIDIA H200 (lent nvidia-h200-x2, NV18)", nccl="2.28.9+cuda13.0 (RING/SIMPLE, 24 "
+    gpu="2x NVIDIA H200 (a two-GPU cloud VM, NV18)", nccl="2.28.9+cuda13.0 (RING/SIMPLE, 24 "
     "channels)", torch="2.11.0+cu130")
 """``scripts/measure/measure_overlap.py`` (``scripts/measure/data/overlap/h200x2/README.md``):
 bf16 GEMMs 2048^3, 4096^3, 8192^3, layer_norm [8192, 4096] and an add of two 256 MiB tensors, beside

@@ -1,5 +1,5 @@
 """The reference GPU hosts' benchmark times (``phantora/calibration/data/host_speed.json``,
-measured by ``scripts/measure/measure_host_speed.py`` on the lent GPU machines; raw output and
+measured by ``scripts/measure/measure_host_speed.py`` on H100 and H200 cloud VMs; raw output and
 method in ``scripts/measure/data/host/``), and the ratio of one of them to this machine.
 
 Standard library only: the scenario checks ``simulation.host_cpu`` against these names and the

@@ -50,7 +50,7 @@ class GpuSpec:
 TFLOPS_PER_WATT_4N = 989.0 / 700.0
 """Datasheet dense-BF16 TFLOP/s per board watt that a TSMC 4N-class GPU (Hopper, Blackwell)
 sustains: the H100 SXM's, 989 at 700 W, at which its large GEMMs run at 80.7% of the datasheet
-(798 TFLOP/s on the lent H100; 794.5 in stas00/ml-engineering's MAMF table), the ceiling of the
+(798 TFLOP/s on a measured H100; 794.5 in stas00/ml-engineering's MAMF table), the ceiling of the
 efficiency curves fitted on it. A part with more datasheet TFLOP/s per watt cannot hold its
 clocks under dense tensor work, so its curves scale with what its cap feeds: the 500 W H100 of
 Grand Teton 706 (not 886), the 1000 W B200 1413 (not 2250), i.e. ~1140 TFLOP/s on large GEMMs,
@@ -63,13 +63,13 @@ _GIB = 2**30
 CATALOGUE: dict[str, GpuSpec] = {
     # H100 SXM5: 80 GB HBM3 3.35 TB/s, 989 TFLOP/s dense BF16, NVLink4 18 links x 25 GB/s per
     # direction = 450 GB/s (NVIDIA H100 datasheet); DGX H100: 8x ConnectX-7 400 Gb/s.
-    # total_memory as the lent H100 reports it: 85,017,493,504 B (81,079 MiB).
+    # total_memory as a measured H100 80GB HBM3 reports it: 85,017,493,504 B (81,079 MiB).
     # DGX H100 CPUs: 2x Intel Xeon Platinum 8480C, 112 cores total (DGX H100/H200 user guide,
     # "Hardware Overview"), 224 threads with Hyper-Threading: 28 per GPU.
     "h100": GpuSpec("h100", "NVIDIA H100 80GB HBM3", 90, 132, 85_017_493_504, 3350.0, 989.0,
                     4, 18, 3600.0, 400.0, power_w=700.0, host_cpus_per_gpu=224 // 8),
     # H200 SXM: 141 GB HBM3e 4.8 TB/s, same compute and NVLink as H100 (NVIDIA H200 datasheet).
-    # The lent machines report 143771 MiB. DGX H200: the DGX H100's 2x Xeon Platinum 8480C,
+    # The measured H200s report 143771 MiB. DGX H200: the DGX H100's 2x Xeon Platinum 8480C,
     # 224 threads (DGX H100/H200 user guide): 28 per GPU.
     "h200": GpuSpec("h200", "NVIDIA H200", 90, 132, 143771 * 2**20, 4800.0, 989.0,
                     4, 18, 3600.0, 400.0, power_w=700.0, host_cpus_per_gpu=224 // 8),

@@ -1,6 +1,6 @@
 """The kernel-time model: how long a GPU kernel runs on the scenario's GPU.
 
-Measured tables of the lent H100/H200 (:mod:`.table`), interpolated between measured shapes;
+Measured tables of the H100 and H200 (:mod:`.table`), interpolated between measured shapes;
 a roofline with efficiency curves fitted from those tables for everything else
 (:mod:`.fitted`); :mod:`.model` picks between them per launch (:mod:`.spec` describes one) and
 says which it used, and :mod:`.coverage` sums that up for ``summary.json``.

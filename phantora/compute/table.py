@@ -1,7 +1,7 @@
 """Measured kernel times of one GPU, and interpolation between the measured shapes.
 
 The tables (``data/kernels_<gpu>.csv``, see ``data/README.md``) hold the device time of one
-call of an aten op per dtype and shape, measured on the lent GPUs by
+call of an aten op per dtype and shape, measured on H100 and H200 cloud VMs by
 ``scripts/measure/measure_kernels.py``. A launch whose shape was measured gets that time; otherwise:
 
 * matmul and attention: the achieved rate (FLOP per ns) of the nearest measured shapes, in

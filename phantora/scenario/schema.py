@@ -364,7 +364,7 @@ class NcclSpec(_Section):
     channels: Annotated[int | None, BeforeValidator(_channels)] = None
     """"auto" (default; chosen per collective) or a fixed count from 1 to 64."""
     nvls: bool = False
-    """Allow NVLink SHARP (in-switch reduction); default false, as on the lent machines."""
+    """Allow NVLink SHARP (in-switch reduction); default false, as on the measured hosts."""
 
 
 class SizeSweepSpec(_Section):
