@@ -74,7 +74,8 @@ def test_no_dated_measurement_lines_in_docs() -> None:
             for match in DATE.finditer(line):
                 if not any(rel == _rel(path) and allowed in line
                            for rel, allowed in DATES_ALLOWED):
-                    hits.append(f"{_rel(path)}:{number}: {match.group(0)} in {line.strip()[:100]!r}")
+                    hits.append(f"{_rel(path)}:{number}: {match.group(0)} in "
+                                f"{line.strip()[:100]!r}")
     assert not hits, ("state the model as it is; history belongs in git:\n" + "\n".join(hits))
 
 
