@@ -45,37 +45,12 @@ from intercept.host_time.collective_host import CollectiveCallCost, load_collect
 from intercept.host_time.compiled_call import load_compiled_call
 from intercept.host_time.gemm_heuristic import GemmHeuristic, load_gemm_heuristic
 from intercept.host_time.host_fit import load_fit
-from phantora.calibration.host_profile import FAMILIES, SYNC_CALLS
+from phantora.calibration.host_profile import FAMILIES, SYNC_CALLS, family_of
 from phantora.calibration.tables import HOST_COSTS
 
 TABLE_PATH = HOST_COSTS.path
 TABLE_VERSION = 5
 
-MATMUL = frozenset({"mm", "bmm", "matmul", "_scaled_mm", "_int_mm", "dot", "mv"})
-MATMUL_BIAS = frozenset({"addmm", "baddbmm", "addbmm", "addmv", "_addmm_activation"})
-NORM = frozenset({"native_layer_norm", "native_layer_norm_backward", "layer_norm",
-                  "native_group_norm", "native_group_norm_backward", "native_batch_norm",
-                  "native_batch_norm_backward", "_fused_rms_norm", "_fused_rms_norm_backward",
-                  "rms_norm", "cudnn_batch_norm", "_batch_norm_with_update"})
-SOFTMAX = frozenset({"_softmax", "_log_softmax", "_softmax_backward_data",
-                     "_log_softmax_backward_data", "softmax", "log_softmax"})
-REDUCTION = frozenset({"sum", "mean", "amax", "amin", "max", "min", "var", "std", "var_mean",
-                       "std_mean", "prod", "any", "all", "argmax", "argmin", "norm",
-                       "linalg_vector_norm", "nll_loss_forward", "nll_loss_backward",
-                       "nll_loss2d_forward", "logsumexp", "cumsum", "count_nonzero"})
-EMBEDDING = frozenset({"embedding", "embedding_dense_backward", "embedding_backward"})
-CAT = frozenset({"cat", "stack", "_cat"})
-INDEX = frozenset({"index", "index_select", "index_put_", "_index_put_impl_", "gather",
-                   "scatter", "scatter_", "scatter_add", "scatter_add_", "index_add_",
-                   "index_add", "index_copy_", "masked_fill_", "masked_fill", "masked_scatter_",
-                   "take", "nonzero", "masked_select", "unique", "_unique2", "bincount"})
-FACTORY = frozenset({"zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "fill_",
-                     "zero_", "arange", "rand", "randn", "randint", "rand_like", "randn_like",
-                     "normal_", "uniform_", "bernoulli_", "random_", "eye", "linspace",
-                     "scalar_tensor"})
-ALLOC = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
-                   "resize_"})
-FUSED_OPTIMIZERS = frozenset({"_fused_adamw_", "_fused_adam_", "_fused_sgd_", "_fused_adagrad_"})
 LAYERS = ("autograd_record",)
 """The keys of ``layers_ns`` in the table's file; :func:`load_table` adds ``autograd_node`` and
 ``tensor_subclass`` from the constants fitted on real steps (``intercept.host_time.host_fit``)."""
@@ -95,22 +70,6 @@ the indices first, so it costs several times one that does not."""
 CUBLAS_GEMMS = frozenset({"mm", "addmm", "bmm", "baddbmm"})
 """Products that go through cuBLAS's per-shape heuristic
 (``intercept.host_time.gemm_heuristic``)."""
-
-
-def family_of(name: str) -> str:
-    """The host-cost family of an aten op that launches a kernel, by its name without the
-    ``aten::`` namespace and overload (``mm``, ``_foreach_add_``)."""
-    if name.startswith("_foreach_") or name in FUSED_OPTIMIZERS:
-        return "foreach"
-    if "attention" in name or "scaled_dot_product" in name:
-        return "attention"
-    for family, names in (("matmul", MATMUL), ("matmul_bias", MATMUL_BIAS), ("norm", NORM),
-                          ("softmax", SOFTMAX), ("reduction", REDUCTION),
-                          ("embedding", EMBEDDING), ("cat", CAT), ("index", INDEX),
-                          ("factory", FACTORY), ("alloc", ALLOC)):
-        if name in names:
-            return family
-    return "elementwise_inplace" if name.endswith("_") else "elementwise"
 
 
 @dataclass(frozen=True)
@@ -162,13 +121,7 @@ class HostCostTable:
             return self
         from phantora.calibration.host_references import references
 
-        hosts = references().hosts
-        if reference not in hosts:
-            raise ValueError(f"unknown reference host {reference!r}; expected one of "
-                             f"{', '.join(sorted(hosts))}")
-        factor = (hosts[reference].components_ns["torch_ops"]
-                  / hosts[self.reference].components_ns["torch_ops"])
-        return self.scaled(factor, reference)
+        return self.scaled(references().op_factor(self.reference, reference), reference)
 
     def scaled(self, factor: float, reference: str) -> "HostCostTable":
         """Every cost ``factor`` times as long (a host ``1 / factor`` times as fast), named

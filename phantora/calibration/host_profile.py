@@ -22,13 +22,58 @@ from pathlib import Path
 from typing import Any
 
 from phantora.calibration.host_references import BENCHMARK_COMPONENTS, references
+from phantora.calibration.tables import HOST_COSTS
 
 PROFILE_VERSION = 1
 FAMILIES = ("view", "alloc", "elementwise", "elementwise_inplace", "factory", "reduction",
             "matmul", "matmul_bias", "norm", "softmax", "attention", "embedding", "cat", "index",
             "foreach")
-"""The op families of ``intercept.host_time.host_cost.family_of``: every one a host-cost table
-holds, and a profile may measure."""
+"""The op families of :func:`family_of`: every one a host-cost table holds, and a profile may
+measure."""
+MATMUL = frozenset({"mm", "bmm", "matmul", "_scaled_mm", "_int_mm", "dot", "mv"})
+MATMUL_BIAS = frozenset({"addmm", "baddbmm", "addbmm", "addmv", "_addmm_activation"})
+NORM = frozenset({"native_layer_norm", "native_layer_norm_backward", "layer_norm",
+                  "native_group_norm", "native_group_norm_backward", "native_batch_norm",
+                  "native_batch_norm_backward", "_fused_rms_norm", "_fused_rms_norm_backward",
+                  "rms_norm", "cudnn_batch_norm", "_batch_norm_with_update"})
+SOFTMAX = frozenset({"_softmax", "_log_softmax", "_softmax_backward_data",
+                     "_log_softmax_backward_data", "softmax", "log_softmax"})
+REDUCTION = frozenset({"sum", "mean", "amax", "amin", "max", "min", "var", "std", "var_mean",
+                       "std_mean", "prod", "any", "all", "argmax", "argmin", "norm",
+                       "linalg_vector_norm", "nll_loss_forward", "nll_loss_backward",
+                       "nll_loss2d_forward", "logsumexp", "cumsum", "count_nonzero"})
+EMBEDDING = frozenset({"embedding", "embedding_dense_backward", "embedding_backward"})
+CAT = frozenset({"cat", "stack", "_cat"})
+INDEX = frozenset({"index", "index_select", "index_put_", "_index_put_impl_", "gather",
+                   "scatter", "scatter_", "scatter_add", "scatter_add_", "index_add_",
+                   "index_add", "index_copy_", "masked_fill_", "masked_fill", "masked_scatter_",
+                   "take", "nonzero", "masked_select", "unique", "_unique2", "bincount"})
+FACTORY = frozenset({"zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "fill_",
+                     "zero_", "arange", "rand", "randn", "randint", "rand_like", "randn_like",
+                     "normal_", "uniform_", "bernoulli_", "random_", "eye", "linspace",
+                     "scalar_tensor"})
+ALLOC = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
+                   "resize_"})
+FUSED_OPTIMIZERS = frozenset({"_fused_adamw_", "_fused_adam_", "_fused_sgd_", "_fused_adagrad_"})
+
+
+def family_of(name: str) -> str:
+    """The host-cost family of an aten op that launches a kernel, by its name without the
+    ``aten::`` namespace and overload (``mm``, ``_foreach_add_``): how the rank side charges
+    an op (``intercept.host_time.host_cost``) and ``calibrate --host-out`` sorts a trace's."""
+    if name.startswith("_foreach_") or name in FUSED_OPTIMIZERS:
+        return "foreach"
+    if "attention" in name or "scaled_dot_product" in name:
+        return "attention"
+    for family, names in (("matmul", MATMUL), ("matmul_bias", MATMUL_BIAS), ("norm", NORM),
+                          ("softmax", SOFTMAX), ("reduction", REDUCTION),
+                          ("embedding", EMBEDDING), ("cat", CAT), ("index", INDEX),
+                          ("factory", FACTORY), ("alloc", ALLOC)):
+        if name in names:
+            return family
+    return "elementwise_inplace" if name.endswith("_") else "elementwise"
+
+
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "default")
 SYNC_CALLS = ("device", "stream", "event", "query", "record_event")
 """The calls that wait on or mark the GPU's progress: the keys of a table's ``sync_ns``."""
@@ -95,6 +140,8 @@ class HostProfile:
             out["python"] = (f"{self.reference} x the probe's calls "
                              f"({self.probe_scale('calls'):.3f}x)")
         out["python cold-code factor"] = f"{self.reference} (fitted)"
+        if "probe" in self.provenance:
+            out["host-speed probe"] = str(self.provenance["probe"])
         for key, why in self.provenance.get("left_out", {}).items():
             out[key] = f"{self.reference}'s ({why})"
         return out
@@ -115,6 +162,14 @@ class HostProfile:
 
 def bundled_names() -> tuple[str, ...]:
     return tuple(sorted(references().hosts))
+
+
+def reference_families_ns(reference: str) -> dict[str, float]:
+    """The shipped host-cost table's op families (``families_ns``) on bundled host
+    ``reference``, scaled from the table's own host as the ranks scale it."""
+    data = json.loads(HOST_COSTS.path.read_text())
+    factor = references().op_factor(str(data["reference"]), reference)
+    return {family: ns * factor for family, ns in data["families_ns"].items()}
 
 
 def bundled(name: str) -> HostProfile:

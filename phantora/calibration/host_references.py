@@ -86,6 +86,16 @@ class References:
                 return host
         return self.hosts[self.fallback]
 
+    def op_factor(self, source: str, target: str) -> float:
+        """How many times as long host ``target``'s torch op path takes as host ``source``'s:
+        the ratio of their ``torch_ops`` probe components (what op costs are made of)."""
+        for name in (source, target):
+            if name not in self.hosts:
+                raise ValueError(f"unknown reference host {name!r}; expected one of "
+                                 f"{', '.join(sorted(self.hosts))}")
+        return (self.hosts[target].components_ns["torch_ops"]
+                / self.hosts[source].components_ns["torch_ops"])
+
 
 def parse_references(document: Mapping[str, Any]) -> References:
     """Validate a ``host_speed.json`` document (see ``scripts/measure/data/host/README.md``)."""

@@ -21,9 +21,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
              "compare real per-rank PyTorch profiler traces with a live run of the same script, "
              "step by step (kernel families, collectives, GPU idle, exposed communication); "
              "writes diff.json"),
-    "calibrate": ("PROFILE... --gpu NAME --out FILE",
+    "calibrate": ("PROFILE... [--gpu NAME --out FILE] [--host-out FILE]",
                   "build a kernel table from real PyTorch profiler traces of any scripts on one "
-                  "GPU, with a roofline fitted to it, for a scenario's cluster.calibration"),
+                  "GPU, with a roofline fitted to it, for a scenario's cluster.calibration; "
+                  "and/or a host profile fitted from their CPU side, for cluster.host"),
     "host-profile": ("--out FILE [--name NAME] [--reference HOST] [--rounds N]",
                      "measure this machine's host cost per mechanism (op dispatch, autograd, "
                      "DTensor, collective calls, synchronisation, Python) beside a host-speed "
@@ -103,8 +104,9 @@ def run_subcommand(name: str, argv: list[str], console: Console) -> int:
         return _run_own(name, add_arguments, run_diff, argv, console, check)
     if name == "calibrate":
         from phantora.cli.calibrate import add_arguments as calibrate_arguments
-        from phantora.cli.calibrate import run_calibrate
-        return _run_own(name, calibrate_arguments, run_calibrate, argv, console)
+        from phantora.cli.calibrate import check_arguments, run_calibrate
+        return _run_own(name, calibrate_arguments, run_calibrate, argv, console,
+                        check_arguments)
     if name == "host-profile":
         from phantora.cli.host_profile import add_arguments as profile_arguments
         from phantora.cli.host_profile import run_host_profile

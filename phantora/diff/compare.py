@@ -22,7 +22,7 @@ from phantora.errors import ProfileError
 from phantora.profiles.activity import (Activity, CollectiveKey, matmul_flops, matmul_operands,
                                         real_activities)
 from phantora.profiles.families import FAMILIES
-from phantora.profiles.kineto import RECORD_HINT, RankTrace
+from phantora.profiles.kineto import PROFILER_NS_PER_EVENT, RECORD_HINT, RankTrace
 
 SCHEMA_VERSION = 1
 MIN_GEMM_OVERLAP = 0.5
@@ -33,13 +33,6 @@ ROUTED_SHAPES = 3
 to follow the data (a learned router's token counts), not the script's configuration."""
 TOP_DIVERGENCES = 10
 IDLE_BUCKET = "GPU idle"
-PROFILER_NS_PER_EVENT = 4_000
-"""Host time the profiler adds per host event it records (a CPU op, nested ones included, or a
-CUDA runtime or driver call), rounded: the median (4.4 us) over the 16 one-H100 traces of
-``scripts/data/traces/h100x1/`` of (the profiled step - the same script's unprofiled median
-step, ``scripts/data/steps/h100x1/``) / the step's host events. The cases range from 2.5 to
-12 us, 28 us on the 0.5M-parameter CI model: good to a factor of 2 to 3
-(``scripts/measure/fit_profiler_cost.py`` prints them)."""
 HOST_BOUND_IDLE_SHARE = 0.5
 """A real step whose GPU idles for at least this share of it is host-bound under the
 profiler: its length is mostly host time, which the profiler lengthens."""

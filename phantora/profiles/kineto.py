@@ -43,6 +43,14 @@ HOST_RANGE_CATEGORIES = frozenset({"cpu_op", "user_annotation"})
 WRAPPER_NAMESPACES = frozenset({"autograd", "profiler", "torch", "cuda", "c10"})
 """Namespaced host ranges that are not ops launching kernels (``autograd::engine::...``)."""
 
+PROFILER_NS_PER_EVENT = 4_000
+"""Host time the profiler adds per host event it records (a CPU op, nested ones included, or a
+CUDA runtime or driver call), rounded: the median (4.4 us) over the 16 one-H100 traces of
+``scripts/data/traces/h100x1/`` of (the profiled step - the same script's unprofiled median
+step, ``scripts/data/steps/h100x1/``) / the step's host events. The cases range from 2.5 to
+12 us, 28 us on the 0.5M-parameter CI model: good to a factor of 2 to 3
+(``scripts/measure/fit_profiler_cost.py`` prints them)."""
+
 _STEP = re.compile(r"ProfilerStep#(\d+)$")
 PROFILER_STEPS = "ProfilerStep#N"
 """The cut of a trace whose profiler was stepped (``prof.step()``, a schedule)."""
@@ -151,6 +159,20 @@ class HostOp:
     duration_ns: int
 
 
+@dataclass(frozen=True)
+class HostCall:
+    """A host range that encloses no ``cpu_op`` on its thread: a leaf op (``aten::mm``) or a CUDA
+    runtime or driver call (``cudaLaunchKernel``)."""
+
+    name: str
+    thread: int
+    start_ns: int
+    duration_ns: int
+    runtime_calls: tuple[str, ...] = ()
+    """For a leaf op: the CUDA runtime and driver calls made inside it (its launches), in
+    order."""
+
+
 @dataclass
 class RankTrace:
     """One rank's trace."""
@@ -177,6 +199,11 @@ class RankTrace:
     """When each recorded ``cpu_op`` began (nested ones too), sorted."""
     runtime_starts_ns: list[int] = field(default_factory=list)
     """When each recorded CUDA runtime or driver call began, sorted."""
+    leaf_ops: list[HostCall] = field(default_factory=list)
+    """Ops (namespaced ``cpu_op`` ranges, not wrappers) that enclose no other ``cpu_op``, with
+    the runtime calls inside them, by start: what one dispatched op costs the host."""
+    runtime_calls: list[HostCall] = field(default_factory=list)
+    """Every CUDA runtime or driver call, by start."""
 
     def host_events(self, start_ns: int, end_ns: int) -> tuple[int, int]:
         """How many CPU ops and CUDA runtime or driver calls the profiler recorded starting in
@@ -209,7 +236,8 @@ def read_trace(path: Path) -> RankTrace:
         step_cut=step_cut,
         op_starts_ns=sorted(_ns(e["ts"]) for e in events if e.get("cat") == "cpu_op"),
         runtime_starts_ns=sorted(_ns(e["ts"]) for e in events
-                                 if e.get("cat") in LAUNCH_CATEGORIES))
+                                 if e.get("cat") in LAUNCH_CATEGORIES),
+        **_host_calls(events))
 
 
 def _steps(events: list[dict[str, Any]]) -> tuple[str, list[tuple[int, int, int]]]:
@@ -405,3 +433,54 @@ def _top_level_ops(events: Iterable[dict[str, Any]]) -> list[HostOp]:
                 top.append(op)
                 open_until = op.start_ns + op.duration_ns
     return sorted(top, key=lambda op: op.start_ns)
+
+
+@dataclass
+class _OpenOp:
+    """A ``cpu_op`` range open in :func:`_host_calls`' sweep."""
+
+    end_ns: int
+    event: dict[str, Any]
+    runtime_calls: list[str] = field(default_factory=list)
+    encloses_op: bool = False
+
+    def leaf(self) -> "HostCall | None":
+        """The range as a leaf op, None where it encloses an op or is no op."""
+        if self.encloses_op or not _is_op(str(self.event.get("name", ""))):
+            return None
+        return _host_call(self.event, tuple(self.runtime_calls))
+
+
+def _host_calls(events: Iterable[dict[str, Any]]) -> dict[str, list[HostCall]]:
+    """:attr:`RankTrace.leaf_ops` and :attr:`RankTrace.runtime_calls`: per thread, one sweep
+    over ``cpu_op`` ranges and runtime calls by start (a range before what starts with it
+    inside it) with a stack of the ranges open."""
+    per_thread: dict[tuple[Any, Any], list[tuple[int, int, dict[str, Any]]]] = defaultdict(list)
+    for e in events:
+        if e.get("cat") == "cpu_op" or e.get("cat") in LAUNCH_CATEGORIES:
+            per_thread[(e.get("pid"), e.get("tid"))].append(
+                (_ns(e["ts"]), -_ns(e.get("dur", 0)), e))
+    leaves: list[HostCall | None] = []
+    runtime: list[HostCall] = []
+    for items in per_thread.values():
+        items.sort(key=lambda item: item[:2])
+        stack: list[_OpenOp] = []
+        for start, negative_duration, event in items:
+            while stack and stack[-1].end_ns <= start:
+                leaves.append(stack.pop().leaf())
+            if event.get("cat") != "cpu_op":
+                runtime.append(_host_call(event))
+                if stack:
+                    stack[-1].runtime_calls.append(str(event.get("name", "")))
+            else:
+                if stack:
+                    stack[-1].encloses_op = True
+                stack.append(_OpenOp(start - negative_duration, event))
+        leaves.extend(open_op.leaf() for open_op in stack)
+    return {"leaf_ops": sorted((c for c in leaves if c is not None), key=lambda c: c.start_ns),
+            "runtime_calls": sorted(runtime, key=lambda call: call.start_ns)}
+
+
+def _host_call(event: dict[str, Any], runtime_calls: tuple[str, ...] = ()) -> HostCall:
+    return HostCall(str(event.get("name", "")), _int(event.get("tid")) or 0, _ns(event["ts"]),
+                    _ns(event.get("dur", 0)), runtime_calls)

@@ -2,7 +2,7 @@
 single-GPU traces (``scripts/data/traces/<machine>/``, one profiled step each) against the same
 scripts' unprofiled step medians (``scripts/data/steps/<machine>/``). For each case: (the
 profiled step - the unprofiled median) / (the CPU ops + CUDA runtime and driver calls recorded
-in the step); the median over the cases is ``phantora.diff.compare.PROFILER_NS_PER_EVENT``.
+in the step); the median over the cases is ``phantora.profiles.kineto.PROFILER_NS_PER_EVENT``.
 
 A case whose unprofiled step the GPU bounds hides part of the cost (the profiled step's extra
 host time partly runs under GPU work), and the profiler also slows kernels a little: each
