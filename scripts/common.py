@@ -119,3 +119,17 @@ def run_as_main(script: str | Path, script_args: list[str]) -> None:
     sys.argv = [str(script), *script_args]
     sys.path.insert(0, str(Path(script).resolve().parent))
     runpy.run_path(str(script), run_name="__main__")
+
+
+def load_example(name: str) -> Any:
+    """An example training script of ``scenarios/examples`` imported as a module (its
+    ``__main__`` block not run), for the tables it defines (``zoo_train.ZOO``)."""
+    import importlib.util
+
+    path = REPO / "scenarios" / "examples" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -25,7 +25,8 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import flop_registry
 
-from phantora.compute.spec import CONV_OPS, GROUPED_MATMUL_OPS, MATMUL_OPS, STRIDED, KernelSpec
+from phantora.compute.spec import (CONV_OPS, GROUPED_CONV, GROUPED_MATMUL_OPS, MATMUL_OPS,
+                                    STRIDED, KernelSpec)
 
 aten = torch.ops.aten
 
@@ -121,6 +122,11 @@ def _conv_spec(name: str, op_flops: int, nbytes: int, args: tuple[Any, ...],
     CPU build's shape functions may hand back NCHW outputs where a GPU would not)."""
     x, weight = (args[1], args[2]) if backward else (args[0], args[1])
     stride = args[4] if backward else args[3]
+    groups = (args[9] if backward else args[8]) if len(args) > (9 if backward else 8) else 1
+    if groups > 1:
+        # grouped and depthwise convolutions (ConvNeXt, EfficientNet) move more bytes than
+        # they compute: costed by bytes from their own rows, not by a dense convolution's rate
+        return KernelSpec(name, op_flops, nbytes, dtype_name(x.dtype), (), GROUPED_CONV)
     if x.dim() != 4:
         return KernelSpec(name, op_flops, nbytes, dtype_name(x.dtype))
     layout = "nhwc" if any(t.is_contiguous(memory_format=torch.channels_last)

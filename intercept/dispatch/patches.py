@@ -42,7 +42,7 @@ from torch._prims_common import suggest_memory_format
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, is_fake
 from torch.nn.attention import SDPBackend
 
-from intercept.dispatch import cpp_extensions, cuda_ops, dispatch_glue, fake_mode
+from intercept.dispatch import cpp_extensions, cuda_ops, cuda_wheels, dispatch_glue, fake_mode
 from intercept.memory import device_memory
 from intercept.process import shim
 from intercept.values import host_reads
@@ -915,6 +915,7 @@ def install(gpu: GpuSpec, device_count: int) -> FakeDevices:
         if original is not None:  # every unset attribute is None: copies of it are not copies
             replacements[id(original)] = (original, new)
     _rebind_copies(replacements)
+    cuda_wheels.prepare_torchvision()
     shim.mark_cuda_initialized()
     # The simulator's own CPU time: every call from torch into Python.
     shim.exclude_interpreter_callbacks()

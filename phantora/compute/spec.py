@@ -28,6 +28,10 @@ STRIDED = "strided"
 """Variant of an element-wise launch with a non-contiguous or broadcast operand: PyTorch runs
 its non-vectorised kernel, about half as fast per byte (``scripts/measure/data/kernels/``)."""
 
+GROUPED_CONV = "grouped"
+"""Variant of a convolution with ``groups > 1`` (depthwise: ConvNeXt, EfficientNet): memory-bound,
+no dims, costed by bytes from its own measured rows, never by a dense convolution's rate."""
+
 
 class Family(str, Enum):
     """How a kernel's time is modelled: what its shape means and which table rows describe it."""
@@ -52,8 +56,8 @@ class KernelSpec:
     rows, n, k)``; empty otherwise (such ops are costed by ``bytes``). ``variant``: a matmul's
     layout (``"nt"``: the second operand is stored transposed, as ``linear``'s weight),
     ``"causal"`` or ``"full"`` for attention, a convolution's memory layout (``nhwc``,
-    ``nchw``), a grouped GEMM's pass (``fwd``, ``dgrad``, ``wgrad``), :data:`STRIDED` or ``""``
-    for the rest.
+    ``nchw``; :data:`GROUPED_CONV` for a grouped one, which has no dims), a grouped GEMM's pass
+    (``fwd``, ``dgrad``, ``wgrad``), :data:`STRIDED` or ``""`` for the rest.
     ``dtype``: ``bf16``, ``fp16``, ``fp32``, ``tf32`` (fp32 matmul with TF32 allowed), or
     ``""`` when unknown.
     """

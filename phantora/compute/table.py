@@ -9,7 +9,9 @@ call of an aten op per dtype and shape, measured on H100 and H200 cloud VMs by
   efficiency varies smoothly with its shape (tile quantisation aside), its time does not.
 * everything else: piecewise linear in log(time) over log(bytes) of the same op (same dtype
   where measured), since those ops stream memory; outside the measured sizes the bandwidth
-  of the nearest measured size holds (small sizes then reach the kernel floor of the model).
+  of the nearest measured size holds (small sizes then reach the kernel floor of the model),
+  except far above an op whose largest row is too small to stream through HBM (a launch-bound
+  time says nothing of a large kernel's bandwidth): that is left to the fitted roofline.
 
 The model (``model.py``) keeps every estimate at or above the fastest kernel measured.
 
@@ -33,7 +35,7 @@ import numpy as np
 
 from phantora.compute import inductor
 from phantora.compute.ops import SAME_KERNEL_AS, base_name
-from phantora.compute.spec import Family, KernelSpec
+from phantora.compute.spec import GROUPED_CONV, Family, KernelSpec
 
 REACH_OCTAVES = 1.0
 """How far (log2 of the work) a table without extrapolation estimates beyond its rows."""
@@ -250,6 +252,14 @@ class _BytesCurve:
         reach = REACH_OCTAVES * np.log(2)
         return bool(low - reach <= x and (x <= high + reach or high >= np.log(SATURATING_BYTES)))
 
+    def above_reach(self, nbytes: int) -> bool:
+        """Whether ``nbytes`` lies more than :data:`REACH_OCTAVES` above the measured sizes and
+        the largest of them does not stream through HBM: its time is the launch's, and its
+        bandwidth would say nothing of a kernel this much larger."""
+        reach = REACH_OCTAVES * np.log(2)
+        return bool(np.log(max(nbytes, 1)) > self.log_bytes[-1] + reach
+                    and self.log_bytes[-1] < np.log(SATURATING_BYTES))
+
     def estimate(self, nbytes: int) -> int:
         if nbytes <= 0:
             return round(float(np.exp(self.log_ns[0])))
@@ -383,13 +393,16 @@ class KernelTable:
     def _by_bytes(self, spec: KernelSpec) -> Estimate | None:
         op = base_name(spec.name)
         op = SAME_KERNEL_AS.get(op, op)
-        if spec.variant and (_layout_key(op, spec.variant), "") in self._curves:
+        if spec.variant == GROUPED_CONV:
+            op = _layout_key(op, spec.variant)  # only its own rows: a dense conv's say nothing
+        elif spec.variant and (_layout_key(op, spec.variant), "") in self._curves:
             op = _layout_key(op, spec.variant)  # measured in that layout; else as contiguous
         exact = self._exact.get((op, spec.dtype, spec.bytes))
         if exact is not None:
             return Estimate(exact, True)
         curve = self._curves.get((op, spec.dtype)) or self._curves.get((op, ""))
-        if curve is None or not (self.extrapolate or curve.reaches(spec.bytes)):
+        if (curve is None or curve.above_reach(spec.bytes)
+                or not (self.extrapolate or curve.reaches(spec.bytes))):
             return None
         return Estimate(curve.estimate(spec.bytes), False)
 

@@ -180,6 +180,10 @@ GPT2_VOCAB, GPT2_SEQ = 50304, 1024
 """The other sizes ``gpt_tp.py`` splits N ways: vocabulary (padded) and ``--seq-len``."""
 
 
+ZOO_STEPS = 10
+"""Steps of a zoo run: the harness takes the median of steps 3 onwards."""
+
+
 def tp_model(nproc: int) -> str | None:
     """The smallest GPT-2 preset whose heads, vocabulary and sequence split ``nproc`` ways;
     None where none does."""
@@ -201,8 +205,9 @@ def suite(name: str, nproc: int = DEFAULT_DIST_NPROC) -> list[Run]:
     """Runs of a suite: ``single``, ``llama``, ``families`` (one GPU: compiled LMs beside
     their eager selves, ResNet-50, ViT-B/16, a mixture of experts), ``dist``, ``dist-more``,
     ``frameworks`` (``nproc`` GPUs, torchrun; DeepSpeed and Megatron-core installed),
-    ``values`` (``nproc`` GPUs: expert-parallel MoE, pipeline-parallel Llama) or ``profile``
-    (one GPU, under the profiler)."""
+    ``values`` (``nproc`` GPUs: expert-parallel MoE, pipeline-parallel Llama), ``zoo`` (one
+    GPU: ``zoo_train.py``'s Hugging Face, timm and diffusers models, the Trainer loop) or
+    ``profile`` (one GPU, under the profiler)."""
     if name == "single":
         return [Run("gpt2-124m-b8", "gpt_single.py", (*GPT2_124M, "--batch-size", "8")),
                 Run("gpt2-124m-b16", "gpt_single.py", (*GPT2_124M, "--batch-size", "16")),
@@ -317,6 +322,14 @@ def suite(name: str, nproc: int = DEFAULT_DIST_NPROC) -> list[Run]:
                              "--batch-size", "8", "--micro-batches", "4", "--steps", "10"),
                             nproc=nproc, env=MEGATRON_ENV))
         return runs
+    if name == "zoo":
+        # Hugging Face, timm and diffusers models at their full size, default optimizer; one
+        # through transformers.Trainer
+        models = sorted(common.load_example("zoo_train").ZOO)
+        return [*(Run(model, "zoo_train.py", ("--model", model, "--steps", str(ZOO_STEPS)))
+                  for model in models),
+                Run("hf-llama-trainer", "zoo_train.py",
+                    ("--model", "hf-llama", "--loop", "trainer", "--steps", str(ZOO_STEPS)))]
     if name == "profile":
         return [Run(f"{PROFILE_PREFIX}llama-1b-b4", "gpt_single.py",
                     ("--model", "llama-1b", *LLAMA_SEQ_2048[:2], "--steps", "4",

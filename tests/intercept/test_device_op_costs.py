@@ -160,6 +160,23 @@ def test_convolution_launches_carry_shape_layout_and_direction_flops() -> None:
     assert bwd.dims == spec.dims and bwd.flops == 2 * spec.flops
 
 
+def test_depthwise_convolutions_are_costed_by_bytes_not_as_dense_ones() -> None:
+    """ConvNeXt's 7x7 depthwise conv (groups = channels) reads and writes far more than it
+    computes: no dense-convolution dims, the grouped variant, both directions."""
+    x = meta(8, 96, 56, 56, dtype=torch.bfloat16)
+    w = meta(96, 1, 7, 7, dtype=torch.bfloat16)
+    args = (x, w, None, [1, 1], [3, 3], [1, 1], False, [0, 0], 96)
+    out = aten.convolution.default(*args)
+    spec = op_costs.kernel_spec("aten::convolution", aten.convolution.default, args, {}, out)
+    assert spec.dims == () and spec.variant == "grouped" and spec.family.value == "other"
+    backward = (torch.empty_like(out), x, w, None, [1, 1], [3, 3], [1, 1], False, [0, 0], 96,
+                [True, True, False])
+    outs = aten.convolution_backward.default(*backward)
+    bwd = op_costs.kernel_spec("aten::convolution_backward", aten.convolution_backward.default,
+                               backward, {}, outs)
+    assert bwd.variant == "grouped" and bwd.bytes > spec.bytes
+
+
 def test_grouped_gemm_passes_are_told_apart() -> None:
     rows, k, n, groups = 256, 64, 32, 4
     offs = torch.empty(groups, dtype=torch.int32, device="meta")

@@ -10,7 +10,7 @@ from phantora.compute.inductor import generated_kernel
 from phantora.compute.model import HOST_COPY_LATENCY_NS, table_path
 from phantora.compute.ops import base_name, is_memory_bound
 from phantora.compute.spec import MEMCPY_HTOD, STRIDED, Family
-from phantora.compute.table import TRITON_ROWS, KernelTable
+from phantora.compute.table import TRITON_ROWS, KernelTable, MeasuredRow
 
 H100 = lookup_gpu("h100")
 H200 = lookup_gpu("h200")
@@ -221,6 +221,29 @@ def conv(batch: int, cin: int, cout: int, size: int, kernel: int, stride: int,
     name = "aten::convolution_backward" if backward else "aten::convolution"
     return KernelSpec(name, flops, 2 * batch * cin * size * size, "bf16",
                       (batch, cin, cout, size, kernel, stride), layout)
+
+
+def test_grouped_convolutions_take_only_their_own_rows() -> None:
+    """A depthwise conv is costed by bytes from rows timed in the grouped variant; where none
+    were, from the fitted roofline (reported), never from a dense or 1-D convolution's rows."""
+    dense = {"section": "zoo", "op": "convolution", "aten_ops": "convolution",
+             "dtype": "bf16", "cache": "cold", "shape": "{}", "bytes": 2**20, "time_us": 5.0,
+             "flops": 0}
+    grouped = {**dense, "shape": '{"layout": "grouped"}', "bytes": 2**24, "time_us": 20.0}
+    spec = KernelSpec("aten::convolution", 0, 2**24, "bf16", variant="grouped")
+    assert KernelTable([MeasuredRow.parse(dense)]).estimate(spec) is None
+    table = KernelTable([MeasuredRow.parse(dense), MeasuredRow.parse(grouped)])
+    assert table.estimate(spec).duration_ns == 20_000
+
+
+def test_a_launch_bound_row_says_nothing_of_a_far_larger_kernel() -> None:
+    """One tiny measured row (2 us for 64 bytes): a kernel 2^20 times larger is not charged that
+    row's "bandwidth" (seconds), it is left to the fitted roofline."""
+    tiny = {"section": "zoo", "op": "cumsum", "aten_ops": "cumsum", "dtype": "int32",
+            "cache": "cold", "shape": "{}", "bytes": 64, "time_us": 2.0, "flops": 0}
+    table = KernelTable([MeasuredRow.parse(tiny)])
+    assert table.estimate(KernelSpec("aten::cumsum", 0, 128, "int32")) is not None
+    assert table.estimate(KernelSpec("aten::cumsum", 0, 64 * 2**20, "int32")) is None
 
 
 def test_convolutions_are_costed_from_their_rows_and_interpolated_between_batches(
