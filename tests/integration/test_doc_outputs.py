@@ -47,5 +47,7 @@ def test_only_the_block_is_rewritten_and_wall_times_are_not_compared() -> None:
 
 def test_numbers_agree_to_their_last_digit_or_a_microsecond() -> None:
     assert _same_but_for_rounding("0.772213 (92%)", "0.77182 (93%)")
+    assert _same_but_for_rounding("0.761 (7%)", "0.760 (7%)"), "one unit, whatever the float"
+    assert not _same_but_for_rounding("0.761 (7%)", "0.759 (7%)")
     assert not _same_but_for_rounding("9.442 ms", "11.486 ms")
     assert not _same_but_for_rounding("nic 0.106", "fabric 0.106")
