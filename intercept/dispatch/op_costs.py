@@ -122,7 +122,7 @@ def _conv_spec(name: str, op_flops: int, nbytes: int, args: tuple[Any, ...],
     CPU build's shape functions may hand back NCHW outputs where a GPU would not)."""
     x, weight = (args[1], args[2]) if backward else (args[0], args[1])
     stride = args[4] if backward else args[3]
-    groups = (args[9] if backward else args[8]) if len(args) > (9 if backward else 8) else 1
+    groups = args[9] if backward else args[8]
     if groups > 1:
         # grouped and depthwise convolutions (ConvNeXt, EfficientNet) move more bytes than
         # they compute: costed by bytes from their own rows, not by a dense convolution's rate

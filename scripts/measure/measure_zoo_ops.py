@@ -40,7 +40,7 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils._pytree import tree_map  # noqa: E402
 
 from intercept.dispatch.cuda_wheels import prepare_torchvision  # noqa: E402
-from intercept.dispatch.op_costs import kernel_spec  # noqa: E402
+from intercept.dispatch.op_costs import flat_tensors, kernel_spec  # noqa: E402
 from phantora.compute.ops import base_name  # noqa: E402
 from phantora.compute.spec import Family, KernelSpec  # noqa: E402
 from phantora.compute.table import KernelTable  # noqa: E402
@@ -105,6 +105,8 @@ class Recorder(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
+        if _is_view(func):
+            return func(*args, **kwargs)
         key = (str(func), _signature(args), _signature(kwargs))
         seen = self.launches.get(key)
         copies = None if seen is not None else (tree_map(_copy, args), tree_map(_copy, kwargs))
@@ -112,8 +114,7 @@ class Recorder(TorchDispatchMode):
         if seen is not None:
             seen.count += 1
             return out
-        if _is_view(func) or not any(t.device.type == self.device_type
-                                     for t in _tensors((args, kwargs, out))):
+        if not any(t.device.type == self.device_type for t in flat_tensors((args, kwargs, out))):
             return out
         try:
             spec = kernel_spec(str(func.name()), func, args, kwargs, out)
@@ -125,12 +126,6 @@ class Recorder(TorchDispatchMode):
         if spec.family not in TABLED_FAMILIES and self.table.estimate(spec) is None:
             self.launches[key] = Launch(func, *copies, spec)
         return out
-
-
-def _tensors(value: Any) -> list[torch.Tensor]:
-    found: list[torch.Tensor] = []
-    tree_map(lambda v: found.append(v) if isinstance(v, torch.Tensor) else None, value)
-    return found
 
 
 def _is_view(func: Any) -> bool:
@@ -168,7 +163,7 @@ def record_model(zoo: Any, name: str, size: str, table: KernelTable,
 
 def case_of(model: str, launch: Launch) -> mk.Case:
     spec = launch.spec
-    tensors = _tensors((launch.args, launch.kwargs))
+    tensors = flat_tensors((launch.args, launch.kwargs))
     shape = {"model": model, "numel": max((t.numel() for t in tensors), default=0),
              "tensors": len(tensors), "calls_per_step": launch.count,
              "args": str(_signature(launch.args))[:300]}
