@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 def prepare(gpu: GpuSpec, device_count: int, calibrate: bool = True) -> None:
     """Load the shim, import torch, install the patches (must run before torch is imported);
-    with ``calibrate``, the CPU-time deductions too (``patches.calibrate_deductions``).
+    with ``calibrate``, the CPU-time deductions too (``dispatch_glue.calibrate_deductions``).
 
     What it makes lives as long as the process (and a fork server's ranks): no garbage
     collection meanwhile (each would traverse all torch made so far: ~1.3 s of CPU in all),
@@ -63,7 +63,9 @@ def prepare(gpu: GpuSpec, device_count: int, calibrate: bool = True) -> None:
     finally:
         gc.enable()
     if calibrate:
-        patches.calibrate_deductions()
+        from intercept.dispatch import dispatch_glue
+
+        dispatch_glue.calibrate_deductions()
 
 
 def enter_fake_mode(runtime: "DeviceRuntime | None" = None,
@@ -77,14 +79,14 @@ def enter_fake_mode(runtime: "DeviceRuntime | None" = None,
     per ``rank``. The mode stays entered (in every thread the script starts) for the process's
     life.
     """
-    from intercept.dispatch import fake_mode, patches
+    from intercept.dispatch import cuda_devices, fake_mode
     from launch.value_policy import ValuePolicy
 
     if fake_mode.active() is not None:
         raise SimulationError("the fake CUDA mode is already entered in this process")
     if runtime is None:
         runtime = _rank_runtime()
-    memory = patches.installed().memory
+    memory = cuda_devices.installed().memory
     mode = fake_mode.SimFakeMode(runtime, memory, on_functional_collective,
                                  policy or ValuePolicy(), rank)
     if hasattr(runtime, "set_value_sink"):  # a rank's runtime (tests pass stand-ins)

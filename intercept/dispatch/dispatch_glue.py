@@ -1,5 +1,6 @@
-"""The per-op dispatch glue a rank deducts from its script's CPU time
-(``intercept.host_time.clock``)."""
+"""The CPU time a rank deducts from its script's (``intercept.host_time.clock``): the per-op
+dispatch glue and the cost of timing a section, calibrated once per process by
+:func:`calibrate_deductions`."""
 
 import contextlib
 from typing import Any, ContextManager
@@ -87,3 +88,19 @@ def calibrate_dispatch_glue(rounds: int = CALIBRATION_ROUNDS, ops: int = CALIBRA
             end_ns = counted_ns()
             per_round_ns.append((middle_ns - start_ns) - (end_ns - middle_ns))
     return max(0, min(per_round_ns) // ops)
+
+
+_calibrated = False
+
+
+def calibrate_deductions() -> None:
+    """Measure the shim's deductions for the CPU time no excluded section covers, once per
+    process (a fork server's ranks inherit them); after ``intercept.dispatch.patches.install``.
+    Only a script's measured CPU time (``simulation.host_time: measured``) needs them."""
+    global _calibrated
+    if _calibrated:
+        return
+    section_ns = shim.calibrate_section_deduction()
+    shim.set_deductions(shim.Deductions(section_ns, 0))
+    shim.set_deductions(shim.Deductions(section_ns, calibrate_dispatch_glue()))
+    _calibrated = True

@@ -33,7 +33,7 @@ about what a plain Python call costs, plus the runtime's modelled launch overhea
   dispatch (DTensor's sharding propagation and redistribution, ``shim.count_rest_of_dispatch``)
   that torch runs in the same call into Python after the fake mode deferred to it.
 * deducted, as calibrated once per process before ranks that measure CPU time fork
-  (``intercept.dispatch.patches.calibrate_deductions``; ``shim.Deductions``): per outermost
+  (``intercept.dispatch.dispatch_glue.calibrate_deductions``; ``shim.Deductions``): per outermost
   section, what timing it costs outside it (two clock reads, ~0.25 us); per outermost op
   dispatch, the C++ glue around the call into Python (the binding's argument parsing, the
   dispatcher up to the Python key, the fallback's argument conversion): counted CPU per ``x.add_(y)`` minus per plain Python call of two arguments,

@@ -13,8 +13,8 @@ from phantora.cluster.catalogue import GpuSpec
 from phantora.cluster.topology import Topology
 from phantora.collectives import SystemInfo
 from phantora.compute import Coverage
-from phantora.engine.live import LiveResult
 from phantora.engine.overlap import MEASURED_OVERLAP
+from phantora.engine.results import LiveResult
 from phantora.network.base import NetworkBackend
 from phantora.record.graph import Recording, RecordingError, load_recording
 from phantora.record.replay import comparison, replay

@@ -2,8 +2,8 @@
 
 Inductor fuses element-wise ops and reductions into generated Triton kernels. Which ops join one
 kernel, and the bytes it reads from outside itself and writes for outside users, is planned on
-the rank side from the compiled ATen graph (``intercept.dispatch.compiled``: it needs torch's FX
-graph and Inductor's lowering table). What such a kernel costs is decided here, without torch:
+the rank side from the compiled ATen graph (``intercept.dispatch.inductor_plan``: it needs
+torch's FX graph and Inductor's lowering table). What such a kernel costs is decided here, without torch:
 its kind follows from its iteration space (:func:`generated_kernel`), and each kind is costed by
 bytes from the measured Triton rows of the kernel tables (``section`` triton of
 ``phantora/calibration/data/``, read by :mod:`.table`).

@@ -11,8 +11,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from phantora.engine.live import LiveResult
 from phantora.engine.rank_classes import RankClasses
+from phantora.engine.results import LiveResult
 from phantora.record.graph import GRAPH_DIR, collective_key, op_record, stats_dict, write_graph
 from wire.messages import Batch, RankStats, Reply
 

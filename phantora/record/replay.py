@@ -25,8 +25,9 @@ from typing import Any
 from phantora.cluster.topology import Topology
 from phantora.collectives import NcclConfig, SystemInfo
 from phantora.compute import Coverage
-from phantora.engine.live import LiveEngine, LiveResult
+from phantora.engine.live import LiveEngine
 from phantora.engine.overlap import OverlapModel
+from phantora.engine.results import LiveResult
 from phantora.network.base import NetworkBackend
 from phantora.record.graph import GPU_OPS, Recording, RecordingError, collective_key, record_op
 from wire.messages import Batch, Exit, Op, RankStats, Reply, Sync

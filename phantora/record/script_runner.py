@@ -22,9 +22,10 @@ from phantora.cluster.topology import Topology
 from phantora.collectives import NcclConfig, SystemInfo
 from phantora.compute import Coverage
 from phantora.cpu_affinity import pinned
-from phantora.engine.live import LiveEngine, LiveResult
+from phantora.engine.live import LiveEngine
 from phantora.engine.overlap import MEASURED_OVERLAP
 from phantora.engine.rank_classes import RankClasses
+from phantora.engine.results import LiveResult
 from phantora.errors import RegroupRanks
 from phantora.network.base import NetworkBackend
 from phantora.record.recorder import tap, write_recording

@@ -34,8 +34,8 @@ from typing import Any
 
 from phantora.cluster.topology import LinkKind, Topology
 from phantora.collectives import CollectiveOp
-from phantora.engine.live import (BlockedSpan, CollectiveRecord, CollectiveSpan, LiveResult,
-                                  RankResult)
+from phantora.engine.results import (BlockedSpan, CollectiveRecord, CollectiveSpan, LiveResult,
+                                     RankResult)
 from phantora.engine.streams import KernelSpan
 
 PARTS = ("compute", "communication", "pipeline_bubble", "waiting", "host_bound")

@@ -7,7 +7,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from phantora.engine.live import RankResult
+from phantora.engine.results import RankResult
 from phantora.report.summary import CollectiveResult
 from phantora.units import format_bytes
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 from phantora.cluster.topology import Topology
 from phantora.compute import Coverage
-from phantora.engine.live import CollectiveRecord, LiveResult
+from phantora.engine.results import CollectiveRecord, LiveResult
 from phantora.network.base import NetworkBackend
 from phantora.report.attribution import Attribution, attribute
 from phantora.report.bandwidth import bus_factor

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from phantora import __version__
-from phantora.engine.live import RankResult
+from phantora.engine.results import RankResult
 
 SCHEMA_VERSION = 1
 

@@ -20,7 +20,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from phantora.engine.live import LiveResult
+from phantora.engine.results import LiveResult
 from phantora.report.attribution import Attribution
 
 CPU_TID = 0

@@ -14,8 +14,8 @@ from tests.intercept.cuda_reference import CASES, REFERENCE_PATH
 from tests.intercept.device_harness import run_snippet
 
 SDPA_PREFIX = "aten._scaled_dot_product_"
-"""Attention ops: ``patches.sdpa_cuda`` picks flash attention where torch 2.11 on an H100 picks
-cuDNN attention (see :func:`test_sdpa_picks_the_cuda_builds_backend`)."""
+"""Attention ops: ``sdpa_choice.sdpa_cuda`` picks flash attention where torch 2.11 on an H100
+picks cuDNN attention (see :func:`test_sdpa_picks_the_cuda_builds_backend`)."""
 
 SNIPPET = """
 from tests.intercept.cuda_reference import CASES, dispatched
@@ -110,7 +110,7 @@ def test_dispatch_matches_the_cuda_build(case: str, fake: dict[str, Any],
             == _without_attention(reference[case]["dispatched"]))
 
 
-@pytest.mark.xfail(strict=True, reason="patches.sdpa_cuda picks flash attention; torch 2.11 "
+@pytest.mark.xfail(strict=True, reason="sdpa_choice.sdpa_cuda picks flash attention; torch 2.11 "
                                        "on an H100 picks cuDNN attention")
 def test_sdpa_picks_the_cuda_builds_backend(fake: dict[str, Any],
                                             reference: dict[str, Any]) -> None:

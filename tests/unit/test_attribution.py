@@ -89,7 +89,7 @@ def test_the_tier_is_the_highest_level_a_collectives_flows_cross() -> None:
     host = HostSpec(gpus_per_host=2, nvlink_gbps=3600.0, nvlink_latency_ns=300, nic_gbps=400.0)
     topology = leaf_spine(host, hosts=4, hosts_per_leaf=2, spines=2, link_gbps=400.0,
                           latency_ns=500)
-    from phantora.engine.live import NetworkFlow
+    from phantora.engine.results import NetworkFlow
     from phantora.engine.matching import CollectiveKey
 
     def flow(src: int, dst: int, seq: int) -> NetworkFlow:

@@ -19,7 +19,8 @@ import pytest
 from phantora.cluster.catalogue import lookup_gpu
 from phantora.cluster.topology import HostSpec, Topology, single_host
 from phantora.collectives import NcclConfig, SystemInfo
-from phantora.engine.live import LiveEngine, LiveResult
+from phantora.engine.live import LiveEngine
+from phantora.engine.results import LiveResult
 from phantora.errors import DeadlockError, RankCrashed, SimulationError
 from phantora.network.base import NetworkBackend
 from phantora.network.flow import FluidBackend

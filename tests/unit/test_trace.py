@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import phantora.report.trace as trace
-from phantora.engine.live import LiveResult
+from phantora.engine.results import LiveResult
 from phantora.report.trace import CPU_TID, trace_events, write_trace
 from tests.unit.test_live_engine import NCCL_STREAM, ScriptedRank, fluid, run
 
