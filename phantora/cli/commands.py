@@ -67,7 +67,6 @@ def _run_own(name: str, add_arguments: Callable[[argparse.ArgumentParser], None]
 
 def run_subcommand(name: str, argv: list[str], console: Console) -> int:
     from phantora.cli import report_error, simulate
-    from phantora.record.graph import load_recording
     from phantora.scenario import load_scenario
 
     if name == "replay":
@@ -82,13 +81,12 @@ def run_subcommand(name: str, argv: list[str], console: Console) -> int:
         out_dir = args.out or Path("out") / f"{scenario.name}-replay"
         return simulate(scenario, out_dir, console, replay_of=args.run_dir)
     if name == "export-chakra":
-        from phantora.study.chakra.export import export_chakra
+        from phantora.run.chakra import export_run
         parser = _parser(name, "RUN_DIR/chakra")
         parser.add_argument("--prefix", default="trace", help="file names <prefix>.<rank>.et")
         args = parser.parse_args(argv)
         try:
-            written = export_chakra(load_recording(args.run_dir),
-                                    args.out or args.run_dir / "chakra", args.prefix)
+            written = export_run(args.run_dir, args.out or args.run_dir / "chakra", args.prefix)
         except PhantoraError as error:
             return report_error(error, console)
         console.print(f"wrote {len(written) - 1} Chakra traces and {written[-1]}",

@@ -434,7 +434,7 @@ def _faults(specs: Sequence[FaultSpec], cluster: ClusterConfig,
             problems: list[Problem]) -> tuple[Fault, ...]:
     """The faults with their ranks and hosts checked against the cluster and the workload;
     each rank (host) in one slow_gpu (nic_degrade) fault at most. Link names are checked where
-    the topology is built (:func:`phantora.cli.build.link_failures`)."""
+    the topology is built (:func:`phantora.run.assemble.link_failures`)."""
     faults: list[Fault] = []
     claimed: dict[tuple[str, int], int] = {}
     """(kind, rank or host) -> the fault that names it first."""

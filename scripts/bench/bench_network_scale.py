@@ -26,11 +26,11 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
-from phantora.cli.build import build_topology, make_backend  # noqa: E402
 from phantora.cluster.catalogue import lookup_gpu  # noqa: E402
 from phantora.collectives import (CollectiveRequest, NcclConfig, SystemInfo,  # noqa: E402
                                   plan_collective)
 from phantora.engine.flow_scheduler import run_dag  # noqa: E402
+from phantora.run.assemble import build_topology, make_backend  # noqa: E402
 from phantora.scenario import Scenario, parse_scenario  # noqa: E402
 from scripts import common  # noqa: E402
 

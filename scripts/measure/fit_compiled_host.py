@@ -55,7 +55,7 @@ GRAPHS_FORWARD, GRAPHS_TRAINING = "training forward", "training"
 
 def simulate(out: Path) -> dict[str, float]:
     """The probe's rows simulated on one :data:`GPU` (us per call by case)."""
-    from phantora.cli import run_scenario
+    from phantora.run import run_scenario
     from phantora.scenario import parse_scenario
 
     rows = out / "rows.json"

@@ -101,7 +101,7 @@ def simulate(script: str, args: list[str], out: Path, console: Console,
     """Simulate ``script`` at the fit configuration on one host of two GPUs (one rank for the
     single-GPU script), as the real steps ran; ``reuse``: read an earlier simulation under
     ``out`` where there is one."""
-    from phantora.cli import run_scenario
+    from phantora.run import run_scenario
     from phantora.scenario import parse_scenario
 
     ranks = 1 if script == "gpt_single" else 2

@@ -241,7 +241,7 @@ def simulate(argv: list[str], gpu: str, nproc: int) -> None:
     import yaml
     from rich.console import Console
 
-    from phantora.cli import run_scenario
+    from phantora.run import run_scenario
     from phantora.scenario import parse_scenario
 
     out = REPO / "out" / "moe_phases"

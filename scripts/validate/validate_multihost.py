@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
-from phantora.cli import run_scenario  # noqa: E402
+from phantora.run import run_scenario  # noqa: E402
 from phantora.scenario import parse_scenario  # noqa: E402
 from scripts import common  # noqa: E402
 

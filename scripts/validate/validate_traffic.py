@@ -112,7 +112,7 @@ def _largest_rows(recorded: list[list[tuple[str, int]]],
 
 def simulate(name: str, out_root: Path) -> Path:
     """Run the scenario on the simulator; its output folder."""
-    from phantora.cli import run_scenario
+    from phantora.run import run_scenario
     from phantora.scenario import parse_scenario
 
     path = REPO / "scenarios" / f"{name}.yaml"

@@ -6,7 +6,7 @@ and is not run here."""
 
 from pathlib import Path
 
-from phantora.cli.build import build_topology, link_failures
+from phantora.run.assemble import build_topology, link_failures
 from phantora.scenario import ScriptWorkload
 from phantora.scenario.model import (FatTreeFabric, LeafSpineFabric, LinkDownFault,
                                      NicDegradeFault, RailOptimizedFabric)

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from phantora.cli.build import build_topology, link_failures, make_backend, nics_of_hosts
 from phantora.cluster.catalogue import lookup_gpu
 from phantora.cluster.topology import LinkKind
 from phantora.collectives import FlowSpec, NcclConfig, SystemInfo
@@ -18,6 +17,7 @@ from phantora.errors import ScenarioError, SimulationError
 from phantora.network.base import LinkFailure
 from phantora.network.flow import FluidBackend
 from phantora.report.faults import FAILURE_COUNTERS, fault_lines, fault_rows
+from phantora.run.assemble import build_topology, link_failures, make_backend, nics_of_hosts
 from phantora.scenario import Scenario, parse_scenario
 from tests.unit.test_live_engine import ScriptedRank, make_topology, run
 

@@ -1,6 +1,6 @@
 """The package layering rules of the README's "Layout" section hold (import-linter reads them
-from ``pyproject.toml``): packages import one way, each only the layers below it (cli, study,
-diff, record, report, engine, scenario, launch, collectives, network, profiles, compute,
+from ``pyproject.toml``): packages import one way, each only the layers below it (cli, run,
+study, diff, record, report, engine, scenario, launch, collectives, network, profiles, compute,
 cluster, calibration; then units, errors, cpu_affinity, wire); the calibration values import nothing heavy; the
 network backends import no PyTorch; the coordinator never imports the live-rank side
 (``intercept``), which imports no ns-3 and of ``phantora`` only the shared models; ``launch``

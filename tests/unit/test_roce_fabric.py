@@ -212,7 +212,7 @@ def test_ring_all_reduce_across_hosts_runs_at_the_nic_rate(hosts: int, tmp_path)
     and within 2% of the 46-48 GB/s nccl-tests measures on 400G NICs (validate_multihost.py)."""
     from rich.console import Console
 
-    from phantora.cli import run_scenario
+    from phantora.run import run_scenario
     from phantora.scenario import parse_scenario
 
     busbw = {}

@@ -1,19 +1,20 @@
-"""A resolved scenario → what a run simulates: the cluster graph, the network backend and
-the collective model's config.
+"""A resolved scenario -> what its workload runs on (:func:`assemble`): the cluster graph, the
+GPU, the collective model's config and the network backends, and where each rank runs.
 
 All sizing decisions (spine count, fat-tree k, hosts per leaf) were made when the scenario
 was resolved; :func:`build_topology` only maps them onto the builders in
 :mod:`phantora.cluster.topology`, with ``nic_degrade`` faults' NICs at their rate.
 :func:`link_failures` checks ``link_down`` faults against the built topology (the one place
-that knows its link names) and turns them into the backends' :class:`LinkFailure` records. NVLink traffic inside hosts is always simulated by the fluid
-model (fast, and NVLink has no congestion control to model); the fabric between hosts by ns-3
-(packet level, default) or by the same fluid model (``cluster.network.backend: flow``).
+that knows its link names) and turns them into the backends' :class:`LinkFailure` records.
+NVLink traffic inside hosts is always simulated by the fluid model (fast, and NVLink has no
+congestion control to model); the fabric between hosts by ns-3 (packet level, default) or by
+the same fluid model (``cluster.network.backend: flow``).
 """
 
 from collections.abc import Collection, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
-from phantora.cluster.catalogue import lookup_gpu
+from phantora.cluster.catalogue import GpuSpec, lookup_gpu
 from phantora.cluster.topology import (
     HostSpec,
     LinkKind,
@@ -23,7 +24,7 @@ from phantora.cluster.topology import (
     rail_optimized,
     single_host,
 )
-from phantora.collectives import NcclConfig
+from phantora.collectives import NcclConfig, SystemInfo
 from phantora.network.base import LinkFailure, NetworkBackend
 from phantora.network.composite import CompositeBackend
 from phantora.network.flow import FluidBackend
@@ -38,6 +39,7 @@ from phantora.scenario.model import (
     NetworkConfig,
     NicDegradeFault,
     Scenario,
+    ScriptWorkload,
 )
 
 NVLINK_LATENCY_NS = 300
@@ -46,6 +48,38 @@ per GPU-to-GPU hop for its lowest-latency protocol, LL (``hwLat[NVLINK][RING][LL
 NVIDIA/nccl ``src/graph/tuning.cc``); a hop crosses two of our links, so 300 ns each.
 NB: ASTRA-sim's validated HGX-H100 file uses 936.25 ns per link, but that figure is fitted
 with no separate protocol latency, which our collective model adds on its own."""
+
+
+@dataclass(frozen=True)
+class Assembly:
+    """What a scenario's workload runs on; a backend per run (:meth:`new_backend`)."""
+
+    topology: Topology
+    gpu: GpuSpec
+    system: SystemInfo
+    """The hardware facts the collective model reads off ``topology``."""
+    nccl: NcclConfig
+    failures: tuple[LinkFailure, ...]
+    """The ``link_down`` faults, as every backend made takes them."""
+    network: NetworkConfig | None
+    """The fabric's settings; ``None`` for a single host."""
+    seed: int
+    """The scenario's seed (the ns-3 backend's random streams derive from it)."""
+
+    def new_backend(self) -> NetworkBackend:
+        """A fresh network backend (a live run that starts again runs on another)."""
+        return make_backend(self.topology, self.network, self.seed, self.failures)
+
+
+def assemble(scenario: Scenario) -> Assembly:
+    """Build what ``scenario`` runs on; a :class:`ScenarioError` for ``link_down`` faults that
+    do not fit the topology (:func:`link_failures`)."""
+    topology = build_topology(scenario.cluster, scenario.faults)
+    failures = link_failures(scenario, topology)
+    gpu = lookup_gpu(scenario.cluster.gpu)
+    return Assembly(topology=topology, gpu=gpu, system=SystemInfo.from_topology(topology, gpu),
+                    nccl=nccl_config(scenario.nccl), failures=failures,
+                    network=scenario.cluster.network, seed=scenario.seed)
 
 
 def host_spec(cluster: ClusterConfig) -> HostSpec:
@@ -169,3 +203,9 @@ def nccl_config(overrides: NcclOverrides) -> NcclConfig:
         protocols=None if overrides.protocol == "auto" else overrides.protocol,
         min_channels=overrides.channels, max_channels=overrides.channels,
         nvls=overrides.nvls)
+
+
+def gpus_of_ranks(workload: ScriptWorkload, gpus_per_host: int) -> list[int]:
+    """Rank ``r`` drives local GPU ``r % nproc_per_node`` of host ``r // nproc_per_node``."""
+    return [(rank // workload.nproc_per_node) * gpus_per_host + rank % workload.nproc_per_node
+            for rank in range(workload.world_size)]

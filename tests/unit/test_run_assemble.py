@@ -5,8 +5,8 @@ from typing import Any
 
 import pytest
 
-from phantora.cli.build import NVLINK_LATENCY_NS, build_topology, host_spec
 from phantora.cluster.topology import LinkKind, Topology
+from phantora.run.assemble import NVLINK_LATENCY_NS, build_topology, host_spec
 from phantora.scenario import ClusterConfig, parse_scenario
 
 
