@@ -235,9 +235,11 @@ class RankRuntime:
                    dtype_bytes: int, stream: int, root: int = 0,
                    splits: tuple[int, ...] | None = None,
                    recv_splits: tuple[int, ...] | None = None,
-                   values: ValuePayload | None = None) -> int:
+                   values: ValuePayload | None = None, blocking: bool = False) -> int:
         """Issue a collective on the group's stream (which first waits for `stream`, the
-        caller's current stream); returns an event id that completes with it.
+        caller's current stream); returns an event id that completes with it. ``blocking``:
+        c10d's ``async_op=False``, which on a one-rank group costs the host less
+        (:meth:`HostCostTable.collective_ns`).
 
         ``seq`` counts per group; for ``send``/``recv`` (``ranks`` = ``(src, dst)``) per group and
         ordered pair, so the two sides of each message get the same number (NCCL matches p2p
@@ -252,7 +254,7 @@ class RankRuntime:
                 comm_stream = self._comm_streams[key] = -1 - len(self._comm_streams)
             ready = self.new_event()
             done = self.new_event()
-            self._collective_host(op, len(ranks))
+            self._collective_host(op, len(ranks), blocking)
             add = self._client.add
             add(EventRecord, event=ready, stream=stream)
             add(StreamWait, stream=comm_stream, event=ready)
@@ -292,7 +294,7 @@ class RankRuntime:
             self._counted_work.count_this_thread()
         self.clock.tick()
 
-    def _collective_host(self, op: str, group_size: int) -> None:
+    def _collective_host(self, op: str, group_size: int, blocking: bool = False) -> None:
         """A collective call's CPU side: on a group of two or more ranks its cost grows with
         the host work the rank did since its previous collective call ended (any thread, any
         group; time it spent waiting on the GPU does not make the call's code cold), and the
@@ -302,7 +304,7 @@ class RankRuntime:
         work_ns = self._host_work_ns()
         since = self._work_at_last_collective_ns
         work_since_ns = None if since is None else work_ns - since
-        cost_ns = self.host_costs.collective_ns(op, group_size, work_since_ns)
+        cost_ns = self.host_costs.collective_ns(op, group_size, work_since_ns, blocking=blocking)
         self.clock.charge_table(cost_ns)
         if work_since_ns is not None:
             wait_ns = self._host_spread.wait_ns(work_since_ns, group_size)

@@ -98,6 +98,14 @@ def _numpy_dtype(tensors: Sequence[torch.Tensor]) -> np.dtype:
         torch.empty(0, dtype=dtype, device="cpu").numpy().dtype
 
 
+def _blocking(opts: object) -> bool:
+    """Whether c10d issued the call with ``async_op=False`` (``opts.asyncOp``, torch 2.8 on):
+    ProcessGroupNCCL then runs it on the caller's stream, and its host path is shorter
+    (``intercept.host_time.host_cost``, ``collective_async_extra_ns``). Calls from C++ (DDP's
+    reducer) and functional collectives are async."""
+    return getattr(opts, "asyncOp", True) is False
+
+
 def _nbytes(tensors: Sequence[torch.Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
@@ -201,12 +209,13 @@ class PhantomProcessGroup(dist.ProcessGroup):
               splits: tuple[int, ...] | None = None,
               recv_splits: tuple[int, ...] | None = None, peer: int | None = None,
               host_sync: bool = False, reduce_op: str = "sum",
-              element_splits: tuple[int, ...] | None = None) -> PhantomWork:
+              element_splits: tuple[int, ...] | None = None,
+              blocking: bool = False) -> PhantomWork:
         """Issue ``op`` on this group from the caller's current stream; ``peer`` is the group
         rank at the other end of a send or recv. ``inputs`` are the tensors whose values the
         collective moves into ``outputs`` (``element_splits``: elements of the inputs to each
         group rank, where uneven). ``splits``/``recv_splits``: an all_to_allv's bytes to and
-        from each group rank."""
+        from each group rank. ``blocking``: c10d's ``async_op=False`` (:func:`_blocking`)."""
         runtime = _runtime()
         with runtime.excluded():
             if peer is None:
@@ -220,12 +229,13 @@ class PhantomProcessGroup(dist.ProcessGroup):
             event = runtime.collective(group=self._group_name, ranks=ranks, op=op,
                                        nbytes=nbytes, dtype_bytes=dtype_bytes,
                                        stream=_current_stream_id(), root=root, splits=splits,
-                                       recv_splits=recv_splits, values=values)
+                                       recv_splits=recv_splits, values=values,
+                                       blocking=blocking)
             return PhantomWork(runtime, event, outputs, host_sync=host_sync)
 
     def _all_to_allv(self, send_elements: Sequence[int], recv_elements: Sequence[int],
                      element_bytes: int, inputs: list[torch.Tensor],
-                     outputs: list[torch.Tensor]) -> PhantomWork:
+                     outputs: list[torch.Tensor], blocking: bool = False) -> PhantomWork:
         """An all-to-all with ``send_elements[j]`` to and ``recv_elements[j]`` from group rank
         ``j``. Always an all_to_allv, even where this rank's row is even: whether the whole
         split matrix is even only the coordinator can tell (a rank may send even rows and
@@ -234,56 +244,58 @@ class PhantomProcessGroup(dist.ProcessGroup):
                           element_bytes, outputs, inputs=inputs,
                           splits=tuple(n * element_bytes for n in send_elements),
                           recv_splits=tuple(n * element_bytes for n in recv_elements),
-                          element_splits=tuple(send_elements))
+                          element_splits=tuple(send_elements), blocking=blocking)
 
     # -- collectives ---------------------------------------------------------------------------
     def allreduce(self, tensors: list[torch.Tensor], opts: object = None) -> PhantomWork:
         return self.issue(IssuedOp.ALL_REDUCE, _nbytes(tensors), tensors[0].element_size(), tensors,
-                          inputs=tensors, reduce_op=_reduce_op(opts))
+                          inputs=tensors, reduce_op=_reduce_op(opts), blocking=_blocking(opts))
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: object = None) -> PhantomWork:
         return self.allreduce(tensors, opts)
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> PhantomWork:
         return self.issue(IssuedOp.BROADCAST, _nbytes(tensors), tensors[0].element_size(), tensors,
-                          inputs=tensors, root=opts.rootRank)
+                          inputs=tensors, root=opts.rootRank, blocking=_blocking(opts))
 
     def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> PhantomWork:
         return self.issue(IssuedOp.REDUCE, _nbytes(tensors), tensors[0].element_size(), tensors,
-                          inputs=tensors, root=opts.rootRank, reduce_op=_reduce_op(opts))
+                          inputs=tensors, root=opts.rootRank, reduce_op=_reduce_op(opts),
+                          blocking=_blocking(opts))
 
     def allgather(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor],
                   opts: object = None) -> PhantomWork:
-        return self.all_gather_single_coalesced(_flat(output_lists), inputs)
+        return self.all_gather_single_coalesced(_flat(output_lists), inputs, opts)
 
     def allgather_coalesced(self, output_lists: list[list[torch.Tensor]],
                             inputs: list[torch.Tensor], opts: object = None) -> PhantomWork:
-        return self.all_gather_single_coalesced(_flat(output_lists), inputs)
+        return self.all_gather_single_coalesced(_flat(output_lists), inputs, opts)
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor,
                           opts: object = None) -> PhantomWork:
-        return self.all_gather_single_coalesced([output], [input])
+        return self.all_gather_single_coalesced([output], [input], opts)
 
     def all_gather_single_coalesced(self, outputs: list[torch.Tensor],
                                     inputs: list[torch.Tensor], opts: object = None) -> PhantomWork:
         # nccl-tests counts an all-gather by its gathered output
         return self.issue(IssuedOp.ALL_GATHER, _nbytes(outputs), outputs[0].element_size(), outputs,
-                          inputs=inputs)
+                          inputs=inputs, blocking=_blocking(opts))
 
     def reduce_scatter(self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]],
                        opts: object = None) -> PhantomWork:
-        return self.reduce_scatter_single_coalesced(outputs, _flat(input_lists))
+        return self.reduce_scatter_single_coalesced(outputs, _flat(input_lists), opts)
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor,
                               opts: object = None) -> PhantomWork:
-        return self.reduce_scatter_single_coalesced([output], [input])
+        return self.reduce_scatter_single_coalesced([output], [input], opts)
 
     def reduce_scatter_single_coalesced(self, outputs: list[torch.Tensor],
                                         inputs: list[torch.Tensor],
                                         opts: object = None) -> PhantomWork:
         # nccl-tests counts a reduce-scatter by its full input
         return self.issue(IssuedOp.REDUCE_SCATTER, _nbytes(inputs), inputs[0].element_size(),
-                          outputs, inputs=inputs, reduce_op=_reduce_op(opts))
+                          outputs, inputs=inputs, reduce_op=_reduce_op(opts),
+                          blocking=_blocking(opts))
 
     def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor,
                           output_splits: list[int], input_splits: list[int],
@@ -292,10 +304,10 @@ class PhantomProcessGroup(dist.ProcessGroup):
         ``split * row`` elements, dim 0 of the side without them divided evenly."""
         if not input_splits and not output_splits:
             return self.issue(IssuedOp.ALL_TO_ALL, _nbytes([input]), input.element_size(), [output],
-                              inputs=[input])
+                              inputs=[input], blocking=_blocking(opts))
         return self._all_to_allv(self._dim0_elements(input, input_splits),
                                  self._dim0_elements(output, output_splits),
-                                 input.element_size(), [input], [output])
+                                 input.element_size(), [input], [output], _blocking(opts))
 
     def _dim0_elements(self, tensor: torch.Tensor, splits: Sequence[int]) -> list[int]:
         """Elements of ``tensor`` for each group rank: ``splits`` rows of dim 0 (none given:
@@ -307,7 +319,7 @@ class PhantomProcessGroup(dist.ProcessGroup):
     def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
                  opts: object = None) -> PhantomWork:
         return self._all_to_allv([t.numel() for t in inputs], [t.numel() for t in outputs],
-                                 inputs[0].element_size(), inputs, outputs)
+                                 inputs[0].element_size(), inputs, outputs, _blocking(opts))
 
     def gather(self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor],
                opts: Any = None) -> PhantomWork:
@@ -316,7 +328,7 @@ class PhantomProcessGroup(dist.ProcessGroup):
         elements[opts.rootRank] = sum(t.numel() for t in inputs)
         received = [t.numel() for t in _flat(output_lists)] or [0] * self._group_size
         return self._all_to_allv(elements, received, inputs[0].element_size(), inputs,
-                                 _flat(output_lists))
+                                 _flat(output_lists), _blocking(opts))
 
     def scatter(self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]],
                 opts: Any = None) -> PhantomWork:
@@ -325,7 +337,8 @@ class PhantomProcessGroup(dist.ProcessGroup):
         elements = [t.numel() for t in inputs] or [0] * self._group_size
         received = [0] * self._group_size
         received[opts.rootRank] = sum(t.numel() for t in outputs)
-        return self._all_to_allv(elements, received, outputs[0].element_size(), inputs, outputs)
+        return self._all_to_allv(elements, received, outputs[0].element_size(), inputs, outputs,
+                                 _blocking(opts))
 
     def barrier(self, opts: object = None) -> PhantomWork:
         return self.issue(IssuedOp.ALL_REDUCE, BARRIER_NBYTES, BARRIER_NBYTES, [], host_sync=True)

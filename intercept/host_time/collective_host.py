@@ -3,8 +3,9 @@ the rank did since its previous collective call ended.
 
 Measured in real training steps (``scripts/measure/time_host_calls.py``: each
 ``torch.distributed`` collective call timed unprofiled, with its group size and start): on a
-one-rank group a call is a local copy (the host-cost table's ``collectives_ns`` rows, timed in a
-loop on one rank: 33-40 us); on two ranks it runs NCCL's enqueue, and what it costs grows with the
+one-rank group a call is a local copy (the host-cost table's ``collectives_ns`` rows, async calls
+timed in a loop on one rank: 30-40 us; a blocking one 5.5 us less); on two ranks it runs NCCL's
+enqueue, and what it costs grows with the
 time since the rank's previous collective, about logarithmically over three decades (on one
 2xH200 host: ~32 us back to back, ~100 us after 100-200 us of other work, ~170 us after 1-2 ms,
 ~230 us after more than 5 ms): the code path and its data go cold while the script runs other

@@ -15,7 +15,8 @@ A rank's virtual host time has two parts (``intercept.host_time.clock``):
 Families (:func:`family_of`, by aten name): an op's binding, dispatcher, allocator and CUDA
 launch cost on the reference host differ by kind (a view ~2 us, an elementwise op ~9 us, a
 matrix product ~20 us, a foreach call ~12 us plus ~0.3 us per tensor), and so does the c10d
-collective call path (~30-40 us per call). The simulator's own cost of the same op (FakeTensor
+collective call path (~30-40 us per call; ~5 us less for a blocking call, ``async_op=False``, which
+torch 2.8 on runs on the caller's stream). The simulator's own cost of the same op (FakeTensor
 execution, recording, IPC) is kept out of virtual time entirely (``intercept.process.shim``), so the
 charge is the table's cost less the plain Python call that the clock still counts as the
 script's (``script_call_ns``).
@@ -49,7 +50,7 @@ from phantora.calibration.host_profile import FAMILIES, SYNC_CALLS, family_of
 from phantora.calibration.tables import HOST_COSTS
 
 TABLE_PATH = HOST_COSTS.path
-TABLE_VERSION = 5
+TABLE_VERSION = 6
 
 LAYERS = ("autograd_record",)
 """The keys of ``layers_ns`` in the table's file; :func:`load_table` adds ``autograd_node`` and
@@ -90,8 +91,14 @@ class HostCostTable:
     :data:`INDEX_PUT_ACCUMULATE` for an accumulating ``index_put`` (a sort inside),
     :data:`SORT_SMALL` and :data:`EMBEDDING_BACKWARD_SMALL` where ATen takes a one-kernel path."""
     collectives_ns: dict[str, int]
-    """c10d's call path per collective on a one-rank group (``default`` for ops without a row
-    of their own)."""
+    """c10d's call path per collective on a one-rank group, issued async (``async_op=True``,
+    the GPU busy; ``default`` for ops without a row of their own)."""
+    collective_async_extra_ns: int
+    """What an async call (``async_op=True``) costs beyond the same call blocking
+    (``async_op=False``) on a one-rank group: since torch 2.8 ProcessGroupNCCL runs a blocking
+    call on the caller's stream, without the event record and stream wait that order its own
+    stream after the caller's, the stash of its tensors and the ``Work`` handed to Python
+    (pytorch/pytorch#148590). The one-rank all_reduce's async row less its blocking row."""
     group_collectives: CollectiveCallCost
     """A collective call on a group of two or more ranks, by the time since the rank's
     previous one (``intercept.host_time.collective_host``)."""
@@ -133,6 +140,7 @@ class HostCostTable:
         return HostCostTable(reference, round(self.script_call_ns * factor),
                              scale(self.families_ns), round(self.foreach_per_tensor_ns * factor),
                              scale(self.ops_ns), scale(self.collectives_ns),
+                             round(self.collective_async_extra_ns * factor),
                              self.group_collectives.scaled(reference, factor),
                              self.gemm.scaled(reference, factor), scale(self.layers_ns),
                              scale(self.sync_ns),
@@ -152,15 +160,20 @@ class HostCostTable:
             cost += self.foreach_per_tensor_ns * max(0, tensors - 1)
         return max(0, cost - self.script_call_ns)
 
-    def collective_ns(self, op: str, group_size: int = 1, gap_ns: int | None = None) -> int:
+    def collective_ns(self, op: str, group_size: int = 1, gap_ns: int | None = None, *,
+                      blocking: bool = False) -> int:
         """The charge for issuing one collective through c10d (``all_reduce``, ``send``...) on a
         group of ``group_size`` ranks, after ``gap_ns`` of host work since the rank's previous
         collective call ended (``None``: its first); the gap matters on groups of two or
-        more."""
+        more. ``blocking``: issued with ``async_op=False``, which on a one-rank group costs
+        :attr:`collective_async_extra_ns` less (NB: on larger groups the model fitted on
+        training calls holds both kinds)."""
         if group_size > 1:
             cost = self.group_collectives.call_ns(op, gap_ns)
         else:
             cost = self.collectives_ns.get(op, self.collectives_ns["default"])
+            if blocking:
+                cost -= self.collective_async_extra_ns
         return max(0, cost - self.script_call_ns)
 
 
@@ -182,6 +195,10 @@ def table_from_json(data: dict[str, Any], gemm: GemmHeuristic | None = None) -> 
     collectives = {k: int(v) for k, v in data["collectives_ns"].items()}
     if "default" not in collectives:
         raise ValueError("host cost table: collectives_ns lacks 'default'")
+    if "collective_async_extra_ns" not in data:
+        raise ValueError("host cost table: collective_async_extra_ns missing (the one-rank "
+                         "all_reduce's async row less its blocking row: scripts/measure/"
+                         "measure_host_costs.py --import-raw ...)")
     sync = {k: int(v) for k, v in data.get("sync_ns", {}).items()}
     if sync.keys() != set(SYNC_CALLS):
         raise ValueError(f"host cost table: sync_ns needs exactly {', '.join(SYNC_CALLS)}, "
@@ -202,6 +219,7 @@ def table_from_json(data: dict[str, Any], gemm: GemmHeuristic | None = None) -> 
                          script_call_ns=int(data["script_call_ns"]), families_ns=families,
                          foreach_per_tensor_ns=int(data["foreach_per_tensor_ns"]),
                          ops_ns=ops, collectives_ns=collectives,
+                         collective_async_extra_ns=int(data["collective_async_extra_ns"]),
                          group_collectives=group_collectives, gemm=gemm,
                          layers_ns=layers, sync_ns=sync, provenance=dict(data["provenance"]))
 

@@ -2,8 +2,9 @@
 ``phantora.calibration.host_profile``): the host-cost table and the Python weights it charges.
 
 A bundled profile is the shipped table of its reference host. A profile file replaces each
-mechanism it measured (op families, a collective call on one rank, synchronisation, autograd's
-record and node, DTensor's dispatch, the plain call) with its own cost, and puts the rest of its
+mechanism it measured (op families, a collective call on one rank and what an async one costs
+beyond a blocking one, synchronisation, autograd's record and node, DTensor's dispatch, the plain
+call) with its own cost, and puts the rest of its
 reference's table on its host's footing: times the median ratio of its measured op families to
 the reference's (the host's CUDA op path against the reference's), or where it measured no
 family (no GPU), times the host-speed probe's ``torch_ops`` ratio. The script's Python is
@@ -57,6 +58,8 @@ def table_for_profile(profile: HostProfile) -> HostCostTable:
             foreach_per_tensor_ns=round(measured.get("foreach_per_tensor_ns",
                                                      table.foreach_per_tensor_ns)),
             collectives_ns=_ints(collectives),
+            collective_async_extra_ns=round(measured.get("collective_async_extra_ns",
+                                                         table.collective_async_extra_ns)),
             sync_ns={**table.sync_ns, **_ints(measured.get("sync_ns", {}))},
             layers_ns={**table.layers_ns, **{layer: round(measured[key])
                                               for key, layer in LAYER_KEYS.items()

@@ -18,6 +18,8 @@ named as ``intercept.host_time.host_cost``'s table names them:
 * ``foreach_per_tensor_ns``: the slope of ``torch._foreach_add_`` from 1 to 128 tensors.
 * ``collectives_ns``: c10d's async call of each collective, 1 MiB, on a one-rank NCCL group
   (all_reduce, all_gather, reduce_scatter, broadcast, all_to_all); ``default`` their median.
+* ``collective_async_extra_ns``: the async all_reduce less the same call blocking
+  (``async_op=False``, which torch 2.8 on runs on the caller's stream).
 * ``sync_ns``: with the GPU idle, ``torch.cuda.synchronize()`` (``device``), the current
   stream's ``synchronize()`` (``stream``), an already complete event's ``synchronize()``
   (``event``) and ``query()`` (``query``); with the GPU busy, ``Event.record()``
@@ -261,7 +263,8 @@ def _one_rank_group() -> None:
 
 
 def collectives(timer: Timer) -> dict[str, Any]:
-    """``collectives_ns``: an async call of each collective on a one-rank NCCL group."""
+    """``collectives_ns``: an async call of each collective on a one-rank NCCL group;
+    ``collective_async_extra_ns``: the async all_reduce less a blocking one."""
     _one_rank_group()
     src = torch.ones(COLLECTIVE_BYTES // 4, device=CUDA)
     dst = torch.empty_like(src)
@@ -274,7 +277,9 @@ def collectives(timer: Timer) -> dict[str, Any]:
     }
     ns = {op: round(timer.ns("collectives_ns", op, call, calls=100)) for op, call in calls.items()}
     ns["default"] = round(statistics.median(ns.values()))
-    return {"collectives_ns": ns}
+    blocking = timer.ns("collective_async_extra_ns", "all_reduce blocking",
+                        lambda: dist.all_reduce(src), calls=100)
+    return {"collectives_ns": ns, "collective_async_extra_ns": round(ns["all_reduce"] - blocking)}
 
 
 def sync(timer: Timer) -> dict[str, Any]:
@@ -355,7 +360,7 @@ MECHANISMS = (
     Mechanism(("python_line_ns", "python_call_ns"), python_weights, needs_cuda=False),
     Mechanism(("families_ns",), families, needs_cuda=True),
     Mechanism(("foreach_per_tensor_ns",), foreach_per_tensor, needs_cuda=True),
-    Mechanism(("collectives_ns",), collectives, needs_cuda=True),
+    Mechanism(("collectives_ns", "collective_async_extra_ns"), collectives, needs_cuda=True),
     Mechanism(("sync_ns",), sync, needs_cuda=True),
     Mechanism(("autograd_record_ns",), autograd_record, needs_cuda=True),
     Mechanism(("autograd_node_ns",), autograd_node, needs_cuda=True),

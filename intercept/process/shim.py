@@ -157,12 +157,18 @@ class NativeExclusion:
 
     One per process: every thread's sections, Python's and C++'s, are in the same account. The
     calling thread's CPU time inside counts as excluded; :meth:`total_ns` sums all threads.
+
+    Only the simulator's code enters it, so the function whose ``with`` opens an outermost
+    section is the simulator's (a stand-in: ``time.perf_counter``'s, ``torch.cuda.synchronize``'s,
+    a c10d wrapper's): the Python work counted on the thread since that function was called, its
+    own lines and what it called on the way in, is given back (:func:`work_counts`). A real host
+    runs a C call there, or a call whose whole host cost a table charges.
     """
 
     __slots__ = ("_enter", "_exit", "total_ns")
 
     def __init__(self, holding_gil: ctypes.PyDLL) -> None:
-        self._enter = holding_gil.fakecuda_exclusion_enter
+        self._enter = holding_gil.fakecuda_exclusion_enter_for_caller
         self._exit = holding_gil.fakecuda_exclusion_exit
         self.total_ns: Callable[[], int] = holding_gil.fakecuda_excluded_ns
         """Excluded CPU time of all threads so far (open sections up to now), in ns."""
@@ -402,6 +408,8 @@ def _declare_exclusion(library: ctypes.PyDLL) -> None:
     """The excluded-CPU account's functions, called through a PyDLL (with the GIL held)."""
     library.fakecuda_exclusion_enter.argtypes = []
     library.fakecuda_exclusion_enter.restype = None
+    library.fakecuda_exclusion_enter_for_caller.argtypes = []
+    library.fakecuda_exclusion_enter_for_caller.restype = None
     library.fakecuda_exclusion_exit.argtypes = []
     library.fakecuda_exclusion_exit.restype = None
     library.fakecuda_exclusion_suspend.argtypes = []

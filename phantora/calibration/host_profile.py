@@ -78,7 +78,7 @@ COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_t
 SYNC_CALLS = ("device", "stream", "event", "query", "record_event")
 """The calls that wait on or mark the GPU's progress: the keys of a table's ``sync_ns``."""
 SCALARS_NS = ("script_call_ns", "foreach_per_tensor_ns", "autograd_record_ns", "autograd_node_ns",
-              "tensor_subclass_ns")
+              "tensor_subclass_ns", "collective_async_extra_ns")
 PYTHON = ("python_line_ns", "python_call_ns")
 MEASURED_KEYS = (*SCALARS_NS, *PYTHON, "families_ns", "collectives_ns", "sync_ns")
 """The mechanisms a profile file's ``measured`` block may hold (each optional)."""

@@ -388,6 +388,8 @@ def c10d_cases(rec: Recorder, dev: torch.device) -> None:
     rec.case("c10d", "reduce_scatter_tensor async",
              lambda: dist.reduce_scatter_tensor(out, grads, async_op=True), calls=n)
     rec.case("c10d", "broadcast async", lambda: dist.broadcast(grads, 0, async_op=True), calls=n)
+    rec.case("c10d", "all_to_all_single async",
+             lambda: dist.all_to_all_single(out, grads, async_op=True), calls=n)
     rec.case("c10d", "all_reduce async + work.wait()",
              lambda: dist.all_reduce(grads, async_op=True).wait(), calls=n)
     rec.case("sync", "torch.cuda.synchronize() idle GPU", torch.cuda.synchronize, calls=n)
@@ -547,6 +549,13 @@ COLLECTIVE_CASES: dict[str, tuple[str, ...]] = {
     "reduce_scatter": ("reduce_scatter_tensor async",),
     "broadcast": ("broadcast async",),
 }
+"""The ``collectives_ns`` rows (``default``: their median)."""
+OPTIONAL_COLLECTIVE_CASES = {"all_to_all": "all_to_all_single async"}
+"""Rows a record of an earlier version of the section lacks (the op is then charged
+``default``)."""
+BLOCKING_CASES = ("all_reduce async 16 MiB", "all_reduce sync 16 MiB")
+"""``collective_async_extra_ns``: the first case less the second (a blocking call runs on the
+caller's stream since torch 2.8)."""
 
 
 def _case_us(raw: dict[str, Any], source: str) -> Callable[[str], float]:
@@ -650,15 +659,19 @@ def derive_table(raw: dict[str, Any], reference: str,
               for op in ("_foreach_add_", "_foreach_mul_ scalar")]
     collectives = {op: ns(cases) for op, cases in COLLECTIVE_CASES.items()}
     collectives["default"] = round(statistics.median(collectives.values()))
+    present = {row["case"] for row in raw["rows"] if row.get("valid_rounds")}
+    collectives |= {op: ns((case,)) for op, case in OPTIONAL_COLLECTIVE_CASES.items()
+                    if case in present}
     families = {family: ns(cases) for family, cases in FAMILY_CASES.items()}
     return {
-        "version": 5,
+        "version": 6,
         "reference": reference,
         "script_call_ns": ns(("plain python call (2 args)",)),
         "families_ns": families,
         "foreach_per_tensor_ns": round(statistics.median(slopes) * 1000),
         "ops_ns": ops,
         "collectives_ns": collectives,
+        "collective_async_extra_ns": ns(BLOCKING_CASES[:1]) - ns(BLOCKING_CASES[1:]),
         "layers_ns": layers_ns(us),
         "provenance": {**raw["provenance"], "derived_by": "scripts/measure/measure_host_costs.py "
                        "--import-raw", "statistic": "median of rounds; family: median of cases",

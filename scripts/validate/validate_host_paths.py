@@ -8,7 +8,9 @@ watch beside them, and two records of ``intercept.host_time.mechanisms``, the mi
 ``phantora-ns3 host-profile`` runs). Each timing scenario of ``scenarios/timing/`` is simulated
 with the bundled profile of its GPU (``h100-host``) and with the instance's own host profile
 (``cluster.host``: a profile made from its first mechanisms record, as ``host-profile`` makes
-it), and each line the script prints is set beside the real runs' median.
+it; an instance without one, from the c10d rows of its ``measure_host_costs.py`` record alone,
+every other cost the reference's: a check of the collective call's mechanism on that host), and
+each line the script prints is set beside the real runs' median.
 
   python3 scripts/validate/validate_host_paths.py            # table to stdout and results/
   python3 scripts/validate/validate_host_paths.py --no-save
@@ -28,8 +30,19 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from phantora.calibration.host_profile import HostProfile  # noqa: E402
+from phantora.calibration.host_references import references  # noqa: E402
 from phantora.cli.host_profile import profile_of  # noqa: E402
 from scripts.validate.variants import simulate_variant  # noqa: E402
+
+REFERENCE = "h100-host"
+C10D_CASES = {"all_reduce": "all_reduce async 16 MiB", "all_gather": "all_gather_into_tensor async",
+              "reduce_scatter": "reduce_scatter_tensor async", "broadcast": "broadcast async",
+              "all_to_all": "all_to_all_single async"}
+"""``measure_host_costs.py``'s c10d cases per ``collectives_ns`` row (its ``COLLECTIVE_CASES``
+and ``OPTIONAL_COLLECTIVE_CASES``; that script imports torch)."""
+BLOCKING = ("all_reduce async 16 MiB", "all_reduce sync 16 MiB")
+"""Its ``BLOCKING_CASES``: ``collective_async_extra_ns`` is the first less the second."""
 
 DATA = REPO / "scripts" / "measure" / "data" / "host_paths"
 RESULTS = REPO / "scripts" / "validate" / "results" / "validate_host_paths.txt"
@@ -64,13 +77,35 @@ def error(sim: float, real: float) -> str:
     return f"{(sim - real) / real * 100:+.1f}%"
 
 
+def c10d_profile(record: dict, name: str) -> HostProfile | None:
+    """A profile of the c10d rows of a ``measure_host_costs.py`` record alone (its one-rank
+    collective calls, async and blocking), every other cost and the probe the reference's; None
+    where the record has no c10d rows."""
+    us = {row["case"]: row["us_median"] for row in record["rows"]
+          if row.get("family") == "c10d" and row.get("valid_rounds")}
+    collectives = {op: round(us[case] * 1000) for op, case in C10D_CASES.items() if case in us}
+    if not collectives:
+        return None
+    measured: dict = {"collectives_ns": collectives}
+    if set(BLOCKING) <= set(us) and us[BLOCKING[0]] > us[BLOCKING[1]]:
+        measured["collective_async_extra_ns"] = round((us[BLOCKING[0]] - us[BLOCKING[1]]) * 1000)
+    return HostProfile(f"{name}-c10d", REFERENCE, dict(references().hosts[REFERENCE].components_ns),
+                       measured)
+
+
 def instance_rows(instance: Path, out: Path) -> list[str]:
     """The table rows of one host instance's runs."""
     records = sorted(instance.glob("*_mechanisms*.json"))
-    profile_path = None
+    costs = sorted(instance.glob("*_host_costs.json"))
+    profile, profiled_kinds = None, set(SCENARIOS)
     if records:  # the first record, as host-profile would have written it on that host
-        profile_path = out / f"{instance.name}-profile.json"
         profile = profile_of(json.loads(records[0].read_text()), instance.name, None)
+    elif costs:  # its collective calls alone: only the collectives script
+        profile = c10d_profile(json.loads(costs[0].read_text()), instance.name)
+        profiled_kinds = {"collectives"}
+    profile_path = None
+    if profile is not None:
+        profile_path = out / f"{instance.name}-profile.json"
         profile_path.write_text(json.dumps(profile.to_json(), indent=1))
     rows = []
     for kind in SCENARIOS:
@@ -79,7 +114,8 @@ def instance_rows(instance: Path, out: Path) -> list[str]:
             continue
         real = timings(logs[0].read_text())
         bundled = simulate(kind, None, out)
-        profiled = simulate(kind, str(profile_path), out) if profile_path else {}
+        profiled = (simulate(kind, str(profile_path), out)
+                    if profile_path and kind in profiled_kinds else {})
         for case, values in real.items():
             if case not in bundled:
                 continue

@@ -64,7 +64,8 @@ print(f"reads {looped - start:.9f} loop {time.perf_counter() - looped:.9f}")
 def test_reading_the_clock_costs_about_a_call(
         tmp_path: Path, run_cli: Callable[[list[str]], None]) -> None:
     """A real host reads ``time.perf_counter`` in one C call; the virtual clock's own Python
-    must not be charged as the script's (it was 8.5 us a reading)."""
+    must not be charged as the script's (it was 8.5 us a reading, then its call and first line,
+    1.2 us): a loop of readings costs what a loop of ``pass`` does, its lines."""
     script = tmp_path / "read_time.py"
     script.write_text(READ_TIME)
     spec = {"name": "read-time", "cluster": {"gpu": "h100", "hosts": 1, "gpus_per_host": 1},
@@ -76,4 +77,4 @@ def test_reading_the_clock_costs_about_a_call(
                 .splitlines() if line.startswith("reads "))
     reads_s, loop_s = float(line.split()[1]), float(line.split()[3])
     per_read_us = (reads_s - loop_s) / 1000 * 1e6
-    assert 0 < per_read_us < 2.0
+    assert 0 <= per_read_us < 0.1

@@ -32,8 +32,24 @@ def test_the_shipped_table_has_provenance_and_orders_costs_as_measured() -> None
     assert table.op_ns("mm", launches=False) == table.op_ns("view", launches=False)
     assert table.op_ns("_foreach_mul_", launches=True, tensors=101) == (
         families["foreach"] + 100 * table.foreach_per_tensor_ns - table.script_call_ns)
-    assert table.collective_ns("all_to_all") == (table.collectives_ns["default"]
-                                                 - table.script_call_ns)
+    assert table.collective_ns("send") == (table.collectives_ns["default"]
+                                           - table.script_call_ns)
+
+
+def test_a_blocking_one_rank_collective_costs_less_than_an_async_one() -> None:
+    table = load_table()
+    # torch >= 2.8 runs async_op=False on the caller's stream: no stream sync, stash or Work
+    assert 0 < table.collective_async_extra_ns < table.collectives_ns["all_reduce"] / 2
+    for op in ("all_reduce", "all_gather", "all_to_all", "send"):
+        assert table.collective_ns(op, blocking=True) == (
+            table.collective_ns(op) - table.collective_async_extra_ns)
+    # all_to_all has a row of its own, above all_reduce's as measured in one process
+    assert table.collectives_ns["all_to_all"] > table.collectives_ns["all_reduce"]
+    # on larger groups the model fitted on training calls holds both kinds
+    assert table.collective_ns("all_reduce", 2, 10_000, blocking=True) == (
+        table.collective_ns("all_reduce", 2, 10_000))
+    scaled = table.scaled(2.0, "twice as slow")
+    assert scaled.collective_async_extra_ns == 2 * table.collective_async_extra_ns
 
 
 def test_an_op_with_its_own_row_is_charged_that_row_not_its_familys() -> None:
@@ -72,6 +88,8 @@ def test_a_table_of_another_version_or_without_a_family_is_refused() -> None:
         table_from_json({**data, "reference": "h200-host"})
     with pytest.raises(ValueError, match="ops_ns missing"):
         table_from_json({k: v for k, v in data.items() if k != "ops_ns"})
+    with pytest.raises(ValueError, match="collective_async_extra_ns missing"):
+        table_from_json({k: v for k, v in data.items() if k != "collective_async_extra_ns"})
 
 
 def test_a_segment_charges_its_quietest_recent_reading() -> None:

@@ -111,6 +111,58 @@ CountedWork(StepWeights(WorkWeights(1.0, 1.0), WorkWeights(1.0, 1.0)))
         run["stderr"]
 
 
+STAND_INS = """
+import time
+from intercept.host_time.clock import VirtualClock, patched_time
+from intercept.process import shim
+
+assert shim.count_thread()
+
+def counts(work):
+    before = shim.work_counts(); work(); after = shim.work_counts()
+    return [a - b for a, b in zip(after, before)][:2]
+
+def stand_in():  # what a stand-in of a C call (time.perf_counter, synchronize) looks like
+    x = 1
+    with shim.simulator_time():
+        pass
+
+def script_then_stand_in():
+    total = 0
+    for i in range(20):
+        total += i
+    stand_in()
+
+def nested():
+    with shim.simulator_time():
+        stand_in()
+
+result["c_call"] = counts(int)
+result["stand_in"] = counts(stand_in)
+result["script_then_stand_in"] = counts(script_then_stand_in)
+result["nested"] = counts(nested)
+with patched_time(VirtualClock()):
+    result["perf_counter"] = counts(time.perf_counter)
+result["after"] = counts(lambda: sum(i for i in range(50)))
+"""
+
+
+def test_a_stand_in_that_enters_the_simulators_section_gives_its_work_back() -> None:
+    """The function whose ``with`` opens an outermost excluded section is the simulator's: its
+    call, its lines and what it called on the way in count nothing; its caller's do."""
+    result = run_snippet(STAND_INS)["result"]
+    c_lines, c_calls = result["c_call"]  # the probe's own lines around a call of C
+    # a real host runs a C call there (or one whose whole cost a table charges)
+    assert result["stand_in"] == result["perf_counter"] == [c_lines, c_calls]
+    # the script's own loop before the call still counts, all of it
+    lines, calls = result["script_then_stand_in"]
+    assert lines >= c_lines + 2 * 20 + 2 and calls == c_calls + 1
+    # inside a section nothing counts, and nothing more is given back
+    assert result["nested"] == [c_lines, c_calls]
+    # and counting goes on as before once the section is left
+    assert result["after"][0] >= 50
+
+
 HOT_WALK = """
 from torch import nn
 from intercept.host_time.python_work import hot_walk_code
@@ -130,10 +182,13 @@ def consume():
         total += 1
     return total
 
+def op():
+    with shim.simulator_time():  # a stand-in: its own call and line are the simulator's
+        pass
+
 def consume_with_ops():
     for p in model.parameters():
-        with shim.simulator_time():  # what an op's dispatch does
-            pass
+        op()
 
 result["walk"] = delta(lambda: list(model.parameters()))
 result["consumer"] = delta(consume)

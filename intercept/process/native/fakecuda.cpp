@@ -29,7 +29,9 @@
 // And it counts the script's Python work outside those sections (fakecuda_count_thread): lines
 // and calls of Python code, which a real host runs too and whose count, unlike CPU time, does
 // not depend on the machine or its load (intercept/host_time/python_work.py converts them into a reference
-// host's time), apart inside the hot walks it is given (fakecuda_set_hot_code).
+// host's time), apart inside the hot walks it is given (fakecuda_set_hot_code). A Python frame that
+// opens an excluded section (the `with` of a stand-in) is the simulator's: what it counted since
+// it was called is given back (fakecuda_exclusion_enter_for_caller).
 
 #include <Python.h>
 
@@ -230,21 +232,73 @@ bool is_hot_code(PyFrameObject* frame) {
   return hot;
 }
 
+// What one counted thread has counted so far (lines, calls; outside and inside hot walks), and
+// its Python frames, innermost last, each with those totals when it was called. A frame that
+// enters an excluded section through Python (fakecuda_exclusion_enter_for_caller: the `with` of
+// NativeExclusion) is the simulator's own code, not the script's (the time functions' stand-ins,
+// torch.cuda.synchronize's, the c10d wrappers, the process-group backend called from C++): the
+// work counted since it was called, its own lines and what it called on the way in, is given
+// back (refund_frame).
+struct WorkTotals {
+  int64_t lines = 0, calls = 0, hot_lines = 0, hot_calls = 0;
+};
+struct CountedFrame {
+  PyFrameObject* frame;  // borrowed: only compared, never dereferenced
+  WorkTotals at_call;
+};
+thread_local WorkTotals t_counted;
+thread_local std::vector<CountedFrame> t_frames;
+constexpr size_t kFrameSearch = 8;  // frames a return looks down for its own (missed returns)
+
+void frame_returned(PyFrameObject* frame) {
+  size_t n = t_frames.size();
+  for (size_t i = 0; i < std::min(n, kFrameSearch); ++i) {
+    if (t_frames[n - 1 - i].frame == frame) {
+      t_frames.resize(n - 1 - i);
+      return;
+    }
+  }
+}
+
+// Give back what the thread counted since `frame` was called (see WorkTotals); it and the frames
+// it called count from now on.
+void refund_frame(PyFrameObject* frame) {
+  size_t i = t_frames.size();
+  while (i > 0 && t_frames[i - 1].frame != frame) --i;
+  if (i == 0) return;  // not called while counted
+  WorkTotals& mark = t_frames[i - 1].at_call;
+  WorkTotals& now = t_counted;
+  g_work_lines.fetch_sub(now.lines - mark.lines, std::memory_order_relaxed);
+  g_work_calls.fetch_sub(now.calls - mark.calls, std::memory_order_relaxed);
+  g_hot_lines.fetch_sub(now.hot_lines - mark.hot_lines, std::memory_order_relaxed);
+  g_hot_calls.fetch_sub(now.hot_calls - mark.hot_calls, std::memory_order_relaxed);
+  now = mark;
+  for (size_t j = i - 1; j < t_frames.size(); ++j) t_frames[j].at_call = mark;
+}
+
 // A trace function (PyEval_SetTrace) of a counted thread: counts only outside excluded sections.
 // It follows hot walks inside them too, so that a walk's call and return always pair up.
 int count_work(PyObject*, PyFrameObject* frame, int what, PyObject*) {
-  if (what == PyTrace_CALL && is_hot_code(frame)) {
-    if (t_hot_depth++ == 0) t_hot_step_cold = t_exclusion.sections != t_hot_step_end_mark;
-  } else if (what == PyTrace_RETURN && t_hot_depth > 0 && is_hot_code(frame)) {
-    if (--t_hot_depth == 0) t_hot_step_end_mark = t_exclusion.sections;
+  if (what == PyTrace_CALL) {
+    if (is_hot_code(frame) && t_hot_depth++ == 0) {
+      t_hot_step_cold = t_exclusion.sections != t_hot_step_end_mark;
+    }
+  } else if (what == PyTrace_RETURN) {
+    frame_returned(frame);
+    if (t_hot_depth > 0 && is_hot_code(frame) && --t_hot_depth == 0) {
+      t_hot_step_end_mark = t_exclusion.sections;
+    }
     return 0;
   }
-  if (t_exclusion.depth > 0) return 0;
+  if (t_exclusion.depth > 0) return 0;  // frames called in a section are not followed
   bool hot = t_hot_depth > 0 && !t_hot_step_cold;
   if (what == PyTrace_LINE) {
     (hot ? g_hot_lines : g_work_lines).fetch_add(1, std::memory_order_relaxed);
+    ++(hot ? t_counted.hot_lines : t_counted.lines);
   } else if (what == PyTrace_CALL) {
+    t_frames.push_back({frame, t_counted});
     (hot ? g_hot_calls : g_work_calls).fetch_add(1, std::memory_order_relaxed);
+    ++(hot ? t_counted.hot_calls : t_counted.calls);
   }
   return 0;
 }
@@ -623,6 +677,20 @@ void fakecuda_exclude_interpreter_callbacks() {
 }
 // Open / close an excluded section on the calling thread (nestable).
 void fakecuda_exclusion_enter() { exclusion_enter(false); }
+// Open one from Python, from a method (NativeExclusion.__enter__) whose caller runs the `with`:
+// an outermost section gives back the Python work counted since that caller was called
+// (refund_frame). Needs the GIL: call through a PyDLL.
+void fakecuda_exclusion_enter_for_caller() {
+  if (this_thread_exclusion().depth == 0) {
+    PyFrameObject* method = PyEval_GetFrame();  // borrowed
+    PyFrameObject* caller = method == nullptr ? nullptr : PyFrame_GetBack(method);
+    if (caller != nullptr) {
+      refund_frame(caller);
+      Py_DECREF(caller);
+    }
+  }
+  exclusion_enter(false);
+}
 void fakecuda_exclusion_exit() { exclusion_exit(); }
 // Python's handles on exclusion_suspend / exclusion_resume (shim.script_time).
 int fakecuda_exclusion_suspend() { return exclusion_suspend(); }
