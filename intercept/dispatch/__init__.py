@@ -11,7 +11,7 @@ lists every patch point; the replacements live by job: :mod:`.cuda_devices`, :mo
 ``phantora.compute``, fed by the measured tables in ``phantora/calibration/data/``);
 :mod:`.compiled` launches, for ``torch.compile``, the kernels Inductor would generate, as
 :mod:`.inductor_plan` plans them;
-:mod:`.cuda_ops`, :mod:`.unknown_shapes`, :mod:`.cpp_extensions` cover ops a CPU build handles
-otherwise; :mod:`.dispatch_glue` calibrates the CPU time the clock deducts (per-op dispatch glue,
-timed sections).
+:mod:`.cuda_ops`, :mod:`.cudnn_rnn`, :mod:`.unknown_shapes`, :mod:`.cpp_extensions` cover ops a CPU
+build handles otherwise; :mod:`.dispatch_glue` calibrates the CPU time the clock deducts
+(per-op dispatch glue, timed sections).
 """

@@ -65,6 +65,10 @@ from phantora.errors import SimulationError
 
 aten = torch.ops.aten
 
+SHAPED_BY_HOST_ARGUMENTS: frozenset[Any] = frozenset({aten._pack_padded_sequence.default})
+"""Ops whose output shapes follow a real CPU argument (``pack_padded_sequence``'s lengths) that
+FakeTensorMode refuses as data-dependent; one launch each, as on a CUDA build."""
+
 REAL_CPU_MAX_NUMEL = 65536
 VALUES_SOON_S = 2.0
 VALUES_TIMEOUT_S = 120.0
@@ -304,6 +308,10 @@ class SimFakeMode(FakeTensorMode):
             return None, None
         if func in DATA_DEPENDENT:
             out = self._data_dependent(func, args, kwargs, inputs)
+        elif func in SHAPED_BY_HOST_ARGUMENTS:
+            # PyTorch's own kernel reads the sizes from the real CPU argument; the copies it
+            # issues on fake tensors come back here as parts of this one launch
+            out = func._op_dk(torch._C.DispatchKey.CompositeExplicitAutograd, *args, **kwargs)
         else:
             out = self.dispatch(func, types, args, kwargs)
             if out is not NotImplemented and func.namespace == "aten":

@@ -25,8 +25,9 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import flop_registry
 
+from intercept.dispatch.cudnn_rnn import CELLS
 from phantora.compute.spec import (CONV_OPS, GROUPED_CONV, GROUPED_MATMUL_OPS, MATMUL_OPS,
-                                    STRIDED, KernelSpec)
+                                    RNN_OPS, STRIDED, KernelSpec, rnn_flops)
 
 aten = torch.ops.aten
 
@@ -110,6 +111,8 @@ def kernel_spec(name: str, func: Any, args: tuple[Any, ...], kwargs: dict[str, A
         return _conv_spec(name, op_flops, nbytes, args, backward=op.endswith("_backward"))
     if op in GROUPED_MATMUL_OPS:
         return _grouped_spec(name, nbytes, args)
+    if op in RNN_OPS:
+        return rnn_spec(name, nbytes, args, backward=op.endswith("_backward"))
     return KernelSpec(name, op_flops, nbytes, _elementwise_dtype(func, args, out),
                       variant=STRIDED if _strided(args, out) else "")
 
@@ -149,6 +152,27 @@ def _grouped_spec(name: str, nbytes: int, args: tuple[Any, ...]) -> KernelSpec:
         variant = "fwd" if b.stride(-1) != 1 else "dgrad"
     return KernelSpec(name, 2 * rows * n * k, nbytes, dtype_name(a.dtype), (groups, rows, n, k),
                       variant)
+
+
+def rnn_spec(name: str, nbytes: int, args: tuple[Any, ...], backward: bool) -> KernelSpec:
+    """``_cudnn_rnn(input, weight, stride0, buf, hx, cx, mode, hidden, proj, layers,
+    batch_first, dropout, train, bidirectional, batch_sizes, ...)`` and its backward (six more
+    arguments after ``cx``): dims ``(seq, batch, input, hidden, layers, directions)``; a packed
+    sequence (``batch_sizes``) has its longest sequence and largest batch there, and its FLOPs
+    count only its tokens."""
+    rest = args[10:] if backward else args[6:]
+    mode, hidden, _proj, layers, batch_first, _dropout, _train, bidirectional, batch_sizes = \
+        rest[:9]
+    x = args[0]
+    if batch_sizes:
+        seq, batch, tokens = len(batch_sizes), batch_sizes[0], x.shape[0]
+    else:
+        seq, batch = (x.shape[1], x.shape[0]) if batch_first else (x.shape[0], x.shape[1])
+        tokens = seq * batch
+    dims = (seq, batch, x.shape[-1], hidden, layers, 2 if bidirectional else 1)
+    cell = CELLS[mode]
+    return KernelSpec(name, rnn_flops(cell, dims, tokens, backward), nbytes, dtype_name(x.dtype),
+                      dims, cell)
 
 
 def _strided(args: tuple[Any, ...], out: Any) -> bool:

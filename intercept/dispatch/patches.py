@@ -40,7 +40,7 @@ import torch.optim.optimizer
 import torch.utils._foreach_utils
 import torch.utils.cpp_extension
 
-from intercept.dispatch import cpp_extensions, cuda_ops, cuda_wheels
+from intercept.dispatch import cpp_extensions, cuda_ops, cuda_wheels, cudnn_rnn
 from intercept.dispatch.compile_backend import compile_with_runnable_backend
 from intercept.dispatch.cuda_devices import (
     FakeDevices,
@@ -272,6 +272,15 @@ PATCHES: tuple[Patch | Wrap | Register, ...] = (
     *(Register(op, "CUDA", cuda_ops.placeholder_kernel(op),
                "without a CUDA kernel, AutogradCUDA decomposes it (intercept.dispatch.cuda_ops)")
       for op in cuda_ops.FUSED_ON_CUDA),
+    Patch("torch.backends.cudnn.is_acceptable", cudnn_rnn.is_acceptable,
+          "a CPU build has no cuDNN: nn.LSTM warns at every flatten_parameters()"),
+    Patch("torch._use_cudnn_rnn_flatten_weight", cudnn_rnn.use_flatten_weight,
+          "a CPU build has no cuDNN: nn.LSTM would keep its weights apart"),
+    Patch("torch.backends.cudnn.rnn.get_cudnn_mode", cudnn_rnn.cudnn_mode,
+          "reads the enum of a cuDNN binding a CPU build lacks"),
+    *(Register(op, key, kernel, "a CPU build has no cuDNN: one fused cell per layer and time "
+               "step (intercept.dispatch.cudnn_rnn)")
+      for op, key, kernel in cudnn_rnn.registrations()),
     Wrap("torch._C._conv_determine_backend_memory_format", conv_memory_format_as_cudnn,
          "a CPU build has no cuDNN: channels_last convolutions would return NCHW"),
     # CUDA extensions built at first use (intercept.dispatch.cpp_extensions)

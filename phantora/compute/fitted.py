@@ -32,6 +32,7 @@ import numpy as np
 
 from phantora.cluster.catalogue import GpuSpec
 from phantora.compute.ops import base_name
+from phantora.compute.spec import RNN_GATES, KernelSpec
 from phantora.compute.table import KernelTable, attention_flops, matmul_flops
 
 
@@ -132,6 +133,22 @@ class EfficiencyCurves:
         if curve is None and self.matmul:
             curve = self.matmul[min(self.matmul)]
         return curve or self.attention.get("fwd") or self.attention["bwd"]
+
+    def recurrence_ns(self, spec: KernelSpec, gpu: GpuSpec) -> int:
+        """A cuDNN recurrent layer (``spec.dims``: seq, batch, input, hidden, layers,
+        directions): its time steps run one after another. Per layer, one product of the whole
+        sequence's inputs with the gate weights, then one small product of the hidden state per
+        step (both directions side by side); backward twice that. fp32 runs on TF32 cores, as
+        cuDNN does by default."""
+        seq, batch, input_size, hidden, layers, directions = spec.dims
+        dtype = "tf32" if spec.dtype == "fp32" else spec.dtype
+        width = RNN_GATES[spec.variant] * hidden
+        step = self.compute_ns(2 * batch * width * hidden * directions, dtype, gpu)
+        total = sum(self.compute_ns(2 * seq * batch * width * directions
+                                    * (input_size if layer == 0 else hidden * directions),
+                                    dtype, gpu) + seq * step
+                    for layer in range(layers))
+        return total * (2 if base_name(spec.name).endswith("_backward") else 1)
 
     def memory_ns(self, nbytes: int, gpu: GpuSpec, streaming: bool = False) -> int:
         """A kernel bound by moving ``nbytes`` through HBM; ``streaming``: one that only streams

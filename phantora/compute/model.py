@@ -4,19 +4,21 @@ Order of preference, per launch (the :class:`CostSource` it reports):
 
 1. ``measured``: the GPU's own table holds this op, dtype and shape;
 2. ``interpolated``: between measured shapes of the same op on this GPU (``table.py``);
-3. ``fitted-roofline``: the op is known (a matmul, attention, or a memory-bound op of
+3. ``moved-from-reference``: this GPU's table lacks the op (or the shape is beyond its rows)
+   but the reference GPU's (H100) table has it: that time, moved to this GPU by the spec
+   sheets (:func:`moved`);
+4. ``fitted-roofline``: the op is known (a matmul, attention, or a memory-bound op of
    ``ops.py``) but not in this GPU's table, or the GPU has no table: efficiency curves fitted
    from the nearest measured GPU's table, applied to this GPU's peaks (``fitted.py``);
-4. ``unknown-op``: no FLOP formula and not a known memory-bound op: costed like a memory-bound
+5. ``unknown-op``: no FLOP formula and not a known memory-bound op: costed like a memory-bound
    op of its bytes, and listed in the coverage so a measurement can be added;
-5. ``host-transfer``: copies between host and GPU memory over PCIe (constants below).
+6. ``host-transfer``: copies between host and GPU memory over PCIe (constants below).
 
 With a calibration (``cluster.calibration``: a table built by ``phantora-ns3 calibrate`` from
 real profiler traces, :mod:`.calibrated`), its rows and the roofline fitted to them take the
 place of the packaged table and curves: ``calibrated``, ``calibrated-interpolated`` and
-``calibrated-roofline`` stand for 1-3 (unknown ops and host copies as above). A calibration of
-another GPU than the scenario's is moved to it by the spec sheets
-(:meth:`ComputeModel.on_this_gpu`).
+``calibrated-roofline`` stand for 1, 2 and 4 (unknown ops and host copies as above). A
+calibration of another GPU than the scenario's is moved to it by the spec sheets (:func:`moved`).
 
 Nothing is free: every kernel costs at least the fastest kernel ever measured.
 """
@@ -50,6 +52,7 @@ class CostSource(str, Enum):
 
     MEASURED = "measured"
     INTERPOLATED = "interpolated"
+    MOVED = "moved-from-reference"
     FITTED = "fitted-roofline"
     UNKNOWN = "unknown-op"
     HOST_TRANSFER = "host-transfer"
@@ -97,12 +100,15 @@ class ComputeModel:
 
     def __init__(self, gpu: GpuSpec, table: KernelTable | None, curves: EfficiencyCurves,
                  measured_on: GpuSpec | None = None,
-                 sources: _Sources = MEASURED_TABLES) -> None:
+                 sources: _Sources = MEASURED_TABLES,
+                 reference: KernelTable | None = None) -> None:
         self.gpu = gpu
         self.table = table
         self.curves = curves
         self.measured_on = measured_on or gpu
         self.sources = sources
+        self.reference = reference
+        """The reference GPU's table, for what ``table`` lacks (``moved-from-reference``)."""
         self._cache: dict[KernelSpec, KernelCost] = {}
 
     @classmethod
@@ -113,14 +119,15 @@ class ComputeModel:
             calibrated = Calibration.load(calibration)
             return cls(gpu, calibrated.table(), calibrated.roofline,
                        lookup_gpu(calibrated.gpu), CALIBRATION)
+        reference_path = table_path(REFERENCE_GPU)
+        assert reference_path is not None, "the reference GPU's table ships with the package"
         path = table_path(gpu.name)
         if path is not None:
             table = KernelTable.load(path)
-            return cls(gpu, table, EfficiencyCurves.fit(table, gpu))
-        reference = CATALOGUE[REFERENCE_GPU]
-        reference_path = table_path(REFERENCE_GPU)
-        assert reference_path is not None, "the reference GPU's table ships with the package"
-        return cls(gpu, None, EfficiencyCurves.fit(KernelTable.load(reference_path), reference))
+            reference = None if gpu.name == REFERENCE_GPU else KernelTable.load(reference_path)
+            return cls(gpu, table, EfficiencyCurves.fit(table, gpu), reference=reference)
+        return cls(gpu, None, EfficiencyCurves.fit(KernelTable.load(reference_path),
+                                                   CATALOGUE[REFERENCE_GPU]))
 
     def cost(self, spec: KernelSpec) -> KernelCost:
         cost = self._cache.get(spec)
@@ -140,14 +147,22 @@ class ComputeModel:
         if self.table is not None:
             estimate = self.table.estimate(spec)
             if estimate is not None:
-                return KernelCost(max(self.curves.floor_ns,
-                                      self.on_this_gpu(estimate.duration_ns, spec)),
+                return KernelCost(max(self.curves.floor_ns, moved(estimate.duration_ns, spec,
+                                                                  self.measured_on, self.gpu)),
                                   sources.exact if estimate.exact else sources.interpolated)
+        if self.reference is not None:
+            estimate = self.reference.estimate(spec)
+            if estimate is not None:
+                return KernelCost(max(self.curves.floor_ns, moved(
+                    estimate.duration_ns, spec, CATALOGUE[REFERENCE_GPU], self.gpu)),
+                    CostSource.MOVED)
         curves, gpu = self.curves, self.gpu
         if family in (Family.ATTENTION_FWD, Family.ATTENTION_BWD):
             backward = family is Family.ATTENTION_BWD
             flops = attention_flops(spec.dims, spec.variant == "causal", backward)
             return KernelCost(curves.attention_ns(flops, backward, gpu), sources.roofline)
+        if family is Family.RNN:
+            return KernelCost(curves.recurrence_ns(spec, gpu), sources.roofline)
         # convolutions and grouped GEMMs without rows fall to the matmul curve of their FLOPs
         memory_ns = curves.memory_ns(spec.bytes, gpu, streaming=inductor.is_pointwise(spec.name))
         if spec.flops > 0:
@@ -156,21 +171,20 @@ class ComputeModel:
         return KernelCost(memory_ns, sources.roofline if is_memory_bound(spec.name)
                           else CostSource.UNKNOWN)
 
-    def on_this_gpu(self, duration_ns: int, spec: KernelSpec) -> int:
-        """A table time of :attr:`measured_on`, on :attr:`gpu`: the launch's roofline bound,
-        ``max(flops / tensor peak, bytes / HBM bandwidth)``, moves from one GPU's spec sheet to
-        the other's, and the time beyond the bound (launch latency, a kernel's own
-        inefficiency) stays. So a copy at 90% of the HBM rate speeds up by nearly the bandwidth
-        ratio, a batch norm at 20% of it hardly (as measured between the H100 and the H200);
-        never by more than the bound's ratio."""
-        source, target = self.measured_on, self.gpu
-        if source == target:
-            return duration_ns
-        before, after = _roofline_ns(spec, source), _roofline_ns(spec, target)
-        if before <= 0:
-            return duration_ns
-        return round(max(duration_ns * min(1.0, after / before),
-                         duration_ns + after - before))
+
+def moved(duration_ns: int, spec: KernelSpec, source: GpuSpec, target: GpuSpec) -> int:
+    """A time measured on ``source``, on ``target``: the launch's roofline bound,
+    ``max(flops / tensor peak, bytes / HBM bandwidth)``, moves from one GPU's spec sheet to the
+    other's, and the time beyond the bound (launch latency, a kernel's own inefficiency) stays.
+    So a copy at 90% of the HBM rate speeds up by nearly the bandwidth ratio, a batch norm at
+    20% of it hardly (as measured between the H100 and the H200); never by more than the
+    bound's ratio."""
+    if source == target:
+        return duration_ns
+    before, after = _roofline_ns(spec, source), _roofline_ns(spec, target)
+    if before <= 0:
+        return duration_ns
+    return round(max(duration_ns * min(1.0, after / before), duration_ns + after - before))
 
 
 def _roofline_ns(spec: KernelSpec, gpu: GpuSpec) -> float:

@@ -19,6 +19,10 @@ CONV_OPS: frozenset[str] = frozenset({"convolution", "convolution_backward"})
 GROUPED_MATMUL_OPS: frozenset[str] = frozenset({"_grouped_mm"})
 """Grouped GEMMs (MoE experts): shape ``(groups, rows, n, k)``, rows summed over the groups."""
 
+RNN_OPS: frozenset[str] = frozenset({"_cudnn_rnn", "_cudnn_rnn_backward"})
+"""cuDNN's recurrent layers (LSTM, GRU, RNN), all time steps and layers in one call: shape
+``(seq, batch, input size, hidden size, layers, directions)``, variant the cell (``lstm``, ...)."""
+
 MEMCPY_HTOD = "Memcpy HtoD"
 MEMCPY_DTOH = "Memcpy DtoH"
 """Copies between host and GPU memory, named as the CUDA profiler names them."""
@@ -41,6 +45,7 @@ class Family(str, Enum):
     ATTENTION_BWD = "attention-bwd"
     CONV = "conv"
     GROUPED_MATMUL = "grouped-matmul"
+    RNN = "rnn"
     HOST_TRANSFER = "host-transfer"
     OTHER = "other"
     """Everything else: element-wise, normalisation, reductions, optimizer loops, copies."""
@@ -53,11 +58,13 @@ class KernelSpec:
     ``dims`` depend on the family: matmul ``(batch, m, n, k)`` for ``[m, k] @ [k, n]``;
     attention ``(batch, heads, kv_heads, seq_q, seq_kv, head_dim)``; convolution
     ``(batch, in_channels, out_channels, input size, kernel, stride)``; grouped GEMM ``(groups,
-    rows, n, k)``; empty otherwise (such ops are costed by ``bytes``). ``variant``: a matmul's
+    rows, n, k)``; recurrent layer ``(seq, batch, input, hidden, layers, directions)``; empty
+    otherwise (such ops are costed by ``bytes``). ``variant``: a matmul's
     layout (``"nt"``: the second operand is stored transposed, as ``linear``'s weight),
     ``"causal"`` or ``"full"`` for attention, a convolution's memory layout (``nhwc``,
     ``nchw``; :data:`GROUPED_CONV` for a grouped one, which has no dims), a grouped GEMM's pass
-    (``fwd``, ``dgrad``, ``wgrad``), :data:`STRIDED` or ``""`` for the rest.
+    (``fwd``, ``dgrad``, ``wgrad``), a recurrent layer's cell (``lstm``, ``gru``, ``rnn_tanh``,
+    ``rnn_relu``), :data:`STRIDED` or ``""`` for the rest.
     ``dtype``: ``bf16``, ``fp16``, ``fp32``, ``tf32`` (fp32 matmul with TF32 allowed), or
     ``""`` when unknown.
     """
@@ -83,4 +90,23 @@ class KernelSpec:
             return Family.CONV
         if op in GROUPED_MATMUL_OPS and len(self.dims) == 4:
             return Family.GROUPED_MATMUL
+        if op in RNN_OPS and len(self.dims) == 6:
+            return Family.RNN
         return Family.OTHER
+
+
+RNN_GATES = {"rnn_relu": 1, "rnn_tanh": 1, "lstm": 4, "gru": 3}
+"""Weight matrices per layer and direction of each cell: its GEMMs' width in hidden sizes."""
+
+
+def rnn_flops(cell: str, dims: tuple[int, ...], tokens: int, backward: bool) -> int:
+    """FLOPs of a recurrent layer's gate GEMMs over ``tokens`` (sequence x batch, or a packed
+    sequence's total): per layer and direction ``2 x tokens x gates x hidden x (input +
+    hidden)``, the input of layers above the first being the hidden state of every direction.
+    Backward computes the input and the weight gradients: twice the forward."""
+    _, _, input_size, hidden, layers, directions = dims
+    width = RNN_GATES[cell] * hidden
+    forward = sum(2 * tokens * width * ((input_size if layer == 0 else hidden * directions)
+                                         + hidden) * directions
+                  for layer in range(layers))
+    return 2 * forward if backward else forward

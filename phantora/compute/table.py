@@ -4,8 +4,9 @@ The tables (``data/kernels_<gpu>.csv``, see ``data/README.md``) hold the device 
 call of an aten op per dtype and shape, measured on H100 and H200 cloud VMs by
 ``scripts/measure/measure_kernels.py``. A launch whose shape was measured gets that time; otherwise:
 
-* matmul and attention: the achieved rate (FLOP per ns) of the nearest measured shapes, in
-  log-space of the dimensions, inverse-distance weighted, times the launch's FLOPs. A kernel's
+* matmul, attention, convolutions, grouped GEMMs and cuDNN's recurrent layers: the achieved
+  rate (FLOP per ns) of the nearest measured shapes, in log-space of the dimensions,
+  inverse-distance weighted, times the launch's FLOPs. A kernel's
   efficiency varies smoothly with its shape (tile quantisation aside), its time does not.
 * everything else: piecewise linear in log(time) over log(bytes) of the same op (same dtype
   where measured), since those ops stream memory; outside the measured sizes the bandwidth
@@ -163,6 +164,10 @@ class MeasuredRow:
         elif row["section"] == "grouped":
             dims = (shape["experts"], shape["rows"], shape["n"], shape["k"])
             variant = shape["direction"]
+        elif row["section"] == "rnn":
+            dims = (shape["seq"], shape["batch"], shape["input"], shape["hidden"],
+                    shape["layers"], shape["directions"])
+            variant = shape["cell"]
         else:
             variant = shape.get("layout", "")
         return cls(row["section"], row["op"], row["aten_ops"], row["dtype"],
@@ -341,6 +346,9 @@ class KernelTable:
                                   spec.dtype), spec, conv_features(spec.dims))
         if family is Family.GROUPED_MATMUL:
             return self._by_rate(("grouped", spec.dtype), spec, _log2(list(spec.dims)))
+        if family is Family.RNN:
+            return self._by_rate(("rnn", rnn_pass(spec.name), spec.dtype), spec,
+                                 _log2(list(spec.dims)))
         if family is Family.OTHER:
             return self._by_bytes(spec)
         return None
@@ -380,7 +388,7 @@ class KernelTable:
 
     def _by_rate(self, key: tuple[str, ...], spec: KernelSpec,
                  features: np.ndarray) -> Estimate | None:
-        """Convolutions and grouped GEMMs: the measured time of this shape, else the rate of the
+        """Convolutions, grouped GEMMs and recurrent layers: the measured time of this shape, else the rate of the
         nearest measured shapes of the same kind and dtype times the launch's FLOPs."""
         exact = self._exact.get((*key, spec.dims, spec.variant))
         if exact is not None:
@@ -437,6 +445,11 @@ def conv_pass(name: str, dims: tuple[int, ...], flops: int) -> str:
     return "bwd" if flops > 1.5 * forward else "bwd_w"
 
 
+def rnn_pass(name: str) -> str:
+    """``fwd`` for ``_cudnn_rnn``, ``bwd`` for its backward (input and weight gradients)."""
+    return "bwd" if base_name(name).endswith("_backward") else "fwd"
+
+
 TRITON_ROWS: dict[str, str] = {"triton_pointwise": inductor.POINTWISE,
                                "triton_pointwise4": inductor.POINTWISE,
                                "triton_rows": inductor.PERSISTENT_REDUCTION,
@@ -455,6 +468,10 @@ def _add_row(builder: _Builder, row: MeasuredRow) -> None:
         builder.add_rate(key, list(conv_features(dims)), variant, row.flops, time_ns)
     elif row.section == "grouped":
         key = ("grouped", dtype)
+        builder.exact.setdefault((*key, dims, variant), []).append(time_ns)
+        builder.add_rate(key, list(_log2(list(dims))), variant, row.flops, time_ns)
+    elif row.section == "rnn":
+        key = ("rnn", row.shape["pass"], dtype)
         builder.exact.setdefault((*key, dims, variant), []).append(time_ns)
         builder.add_rate(key, list(_log2(list(dims))), variant, row.flops, time_ns)
     elif row.section == "vision":

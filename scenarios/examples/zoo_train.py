@@ -1,5 +1,6 @@
-"""Train a public model as its users do: Hugging Face transformers, timm or diffusers, built from
-its config (random weights, random data, no downloads), with the default optimizer.
+"""Train a public model as its users do: Hugging Face transformers, timm, diffusers or a plain
+``torch.nn`` LSTM, built from its config (random weights, random data, no downloads), with the
+default optimizer.
 
 One plain training loop for every model (``torch.optim.AdamW`` with its defaults, bf16 autocast,
 ``loss.backward()``, ``optimizer.step()``, ``zero_grad()``), or the library's own loop:
@@ -147,6 +148,34 @@ def unet(batch: int, latent: int, text: int, about: str, **config: Any) -> Entry
     return Entry(build, make, unet_loss, f"{about}, batch {batch}")
 
 
+class LstmLanguageModel(nn.Module):
+    """A word-level LSTM language model, as PyTorch's ``word_language_model`` example builds it:
+    embedding, dropout, a stacked ``nn.LSTM``, dropout, a linear decoder over the vocabulary."""
+
+    def __init__(self, vocab: int, width: int, layers: int, dropout: float = 0.2) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.drop = nn.Dropout(dropout)
+        self.lstm = nn.LSTM(width, width, layers, batch_first=True)
+        self.decoder = nn.Linear(width, vocab)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        hidden, _ = self.lstm(self.drop(self.embed(ids)))
+        return self.decoder(self.drop(hidden))
+
+
+def lstm_lm(batch: int, seq: int, about: str, vocab: int, width: int, layers: int) -> Entry:
+    def make(device: torch.device) -> Batch:
+        return {"input_ids": tokens(batch, seq, vocab, device),
+                "labels": tokens(batch, seq, vocab, device)}
+
+    def loss(model: nn.Module, batch_: Batch) -> torch.Tensor:
+        logits = model(batch_["input_ids"])
+        return F.cross_entropy(logits.flatten(0, 1).float(), batch_["labels"].flatten())
+    return Entry(lambda: LstmLanguageModel(vocab, width, layers), make, loss,
+                 f"{about}, batch {batch}")
+
+
 LLAMA = dict(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
              num_attention_heads=16, num_key_value_heads=8, max_position_embeddings=2048)
 TINY_LM = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -205,6 +234,9 @@ ZOO: dict[str, dict[str, Entry]] = {
     "timm-efficientnet": {
         "full": timm_model("efficientnet_b0", 64, 224, "timm EfficientNet-B0, 224 px"),
         "ci": timm_model("efficientnet_b0", 2, 32, "timm EfficientNet-B0, 32 px")},
+    "torch-lstm": {
+        "full": lstm_lm(32, 128, "LSTM language model, 2 layers of 1024, seq 128", 32000, 1024, 2),
+        "ci": lstm_lm(2, 16, "LSTM language model, 2 layers of 64", 512, 64, 2)},
     "diffusers-unet": {
         "full": unet(16, 32, 77, "diffusers UNet2DConditionModel (128-512 channels, "
                      "cross-attention), 32x32 latents", **SD_UNET_SMALL),

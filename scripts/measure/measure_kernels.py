@@ -77,10 +77,14 @@ import torch.nn.functional as F  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
-SECTIONS = ("matmul", "attention", "memory", "optimizer", "conv", "vision", "triton", "grouped")
+from intercept.dispatch.cudnn_rnn import CUDNN_MODES  # noqa: E402
+from phantora.compute.spec import RNN_GATES, rnn_flops  # noqa: E402
+
+SECTIONS = ("matmul", "attention", "memory", "optimizer", "conv", "vision", "triton", "grouped",
+            "rnn")
 # Share of --budget-s per section; time a section leaves unused passes to the next.
 SECTION_SHARE = {"matmul": 0.5, "attention": 0.2, "memory": 0.2, "optimizer": 0.1,
-                 "conv": 0.4, "vision": 0.15, "triton": 0.3, "grouped": 0.15}
+                 "conv": 0.4, "vision": 0.15, "triton": 0.3, "grouped": 0.15, "rnn": 0.3}
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
           "tf32": torch.float32}
 ELEM_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "tf32": 4}
@@ -178,6 +182,16 @@ class Grid:
     grouped_shapes: tuple[tuple[int, int, int], ...] = ((8, 4096, 14336), (64, 2048, 1024),
                                                         (64, 1024, 2048), (8, 14336, 4096))
     """(experts, K, N) of an expert layer's grouped GEMM."""
+    # Fourth round (issue 56): cuDNN's recurrent layers.
+    rnn_shapes: tuple[tuple[int, int, int, int, int, int], ...] = (
+        *((seq, batch, h, h, 1, 1) for seq in (32, 128, 512) for batch in (16, 64, 256)
+          for h in (256, 512, 1024, 2048)),
+        (128, 64, 1024, 1024, 2, 1), (128, 64, 1024, 1024, 4, 1), (128, 64, 512, 512, 2, 2),
+        (128, 32, 1024, 1024, 2, 1), (35, 20, 650, 650, 2, 1), (256, 16, 128, 512, 1, 2))
+    """(seq, batch, input, hidden, layers, directions) of the LSTM and GRU cases: one layer
+    over sequence, batch and width, then stacks, bidirectional layers and the zoo's LSTM."""
+    rnn_dtypes: tuple[str, ...] = ("fp16", "fp32")
+    """fp16: what autocast runs a CUDA build's cuDNN RNN in (whatever the autocast dtype)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,6 +294,7 @@ SMOKE = Grid(
     more_hiddens=(32,), more_softmax_dims=(64,), more_vocabs=(500,), more_embeddings=((500, 32),),
     max_case_bytes=2**22, conv_batches=(2,), conv_other_batch=2, image=32, unet_batch=1,
     unet_latent=8, triton_numels=(2**12,), grouped_rows=(64,), grouped_shapes=((2, 32, 64),),
+    rnn_shapes=((8, 2, 16, 32, 1, 1), (4, 2, 16, 16, 2, 2)), rnn_dtypes=("fp32",),
 )
 
 
@@ -1057,10 +1072,63 @@ def grouped_cases(grid: Grid) -> Iterator[Case]:
                     yield grouped_case(direction, experts, rows, k, n)
 
 
+RNN_MODULES = {"lstm": torch.nn.LSTM, "gru": torch.nn.GRU}
+
+
+def rnn_case(direction: str, cell: str, dtype: str,
+             dims: tuple[int, int, int, int, int, int]) -> Case:
+    """``aten::_cudnn_rnn`` (``fwd``) or its backward (``bwd``, input and weight gradients) of
+    an ``nn.LSTM`` / ``nn.GRU`` in training mode, its weights flattened into cuDNN's buffer as
+    ``Module.to('cuda')`` leaves them; sequence-first input, no dropout."""
+    seq, batch, input_size, hidden, layers, directions = dims
+
+    def build(device: torch.device) -> Call:
+        module = RNN_MODULES[cell](input_size, hidden, layers, bidirectional=directions == 2)
+        module = module.to(device=device, dtype=DTYPES[dtype])
+        weights = module._flat_weights
+        total = sum(w.numel() for w in weights)
+        buffer = torch.empty(0, dtype=DTYPES[dtype], device=device).set_(
+            weights[0].untyped_storage(), 0, (total,))
+        x = _randn((seq, batch, input_size), dtype, device)
+        hx = _randn((layers * directions, batch, hidden), dtype, device)
+        cx = _randn((layers * directions, batch, hidden), dtype, device) if cell == "lstm" else None
+        args = (weights, len(weights) // (layers * directions), buffer, hx, cx,
+                CUDNN_MODES[cell], hidden, 0, layers, False, 0.0, True, directions == 2, [], None)
+        if direction == "fwd":
+            return lambda: torch.ops.aten._cudnn_rnn(x, *args)
+        output, _hy, _cy, reserve, _ = torch.ops.aten._cudnn_rnn(x, *args)
+        grad = torch.randn_like(output)
+        rest = args[5:]
+        return lambda: torch.ops.aten._cudnn_rnn_backward(
+            x, weights, args[1], buffer, hx, cx, output, grad, None, None, *rest, reserve,
+            [True, True, cx is not None, True])
+
+    elements = seq * batch * (input_size + 2 * hidden * directions) * (2 if direction == "bwd" else 1)
+    weights = sum(RNN_GATES[cell] * hidden * ((input_size if layer == 0 else hidden * directions)
+                                              + hidden + 2) * directions for layer in range(layers))
+    io = (elements + weights * (2 if direction == "bwd" else 1)) * ELEM_BYTES[dtype]
+    shape = {"cell": cell, "seq": seq, "batch": batch, "input": input_size, "hidden": hidden,
+             "layers": layers, "directions": directions, "pass": direction}
+    return Case("rnn", f"{cell}_{direction}", dtype, shape,
+                rnn_flops(cell, dims, seq * batch, direction == "bwd"), io, build)
+
+
+def rnn_cases(grid: Grid) -> Iterator[Case]:
+    """LSTM and GRU layers, forward and backward, in each dtype of ``grid.rnn_dtypes``."""
+    for dims in grid.rnn_shapes:
+        for dtype in grid.rnn_dtypes:
+            for cell in RNN_MODULES:
+                if dtype == "fp32" and rnn_flops(cell, dims, dims[0] * dims[1],
+                                                 True) > grid.max_fp32_flops:
+                    continue
+                for direction in ("fwd", "bwd"):
+                    yield rnn_case(direction, cell, dtype, dims)
+
+
 CASE_SOURCES: dict[str, Callable[[Grid], Iterator[Case]]] = {
     "matmul": matmul_cases, "attention": attention_cases, "memory": memory_cases,
     "optimizer": optimizer_cases, "conv": conv_cases, "vision": vision_cases,
-    "triton": triton_cases, "grouped": grouped_cases,
+    "triton": triton_cases, "grouped": grouped_cases, "rnn": rnn_cases,
 }
 
 

@@ -15,7 +15,7 @@ them as the other sections' rows do (``measure_kernels.py --import-result ... --
   python3 scripts/measure/measure_zoo_ops.py --out /tmp/zoo_ops --device cpu --models hf-bert \\
       --size ci                                                                  # code check
 
-Matrix products, attention and convolutions are left out: the tables cost them by rate over
+Matrix products, attention, convolutions and recurrent layers are left out: the tables cost them by rate over
 shape, which one model's few shapes would not improve.
 """
 
@@ -47,7 +47,7 @@ from phantora.compute.table import KernelTable  # noqa: E402
 
 TABLES = common.REPO / "phantora" / "calibration" / "data"
 TABLED_FAMILIES = (Family.MATMUL, Family.ATTENTION_FWD, Family.ATTENTION_BWD, Family.CONV,
-                   Family.GROUPED_MATMUL)
+                   Family.GROUPED_MATMUL, Family.RNN)
 """Costed by rate over shape (left out, see the module's text)."""
 MAX_CASES_PER_MODEL = 150
 """The distinct launches timed per model, largest traffic first (a step has a few hundred)."""

@@ -13,6 +13,8 @@ each kernel to the aten op and input shapes that launched it.
   # several: each rank writes DIR/rank<r>.json.gz
   torchrun --nproc_per_node 2 scripts/measure/profile_run.py --out DIR --steps 6:7 -- \\
       scenarios/examples/gpt_ddp.py --steps 10
+  # the whole run under one profiler, as docs/diff.md's snippet records it (no schedule)
+  python3 scripts/measure/profile_run.py --out DIR --whole-run -- zoo_train.py --steps 4
 """
 
 from __future__ import annotations
@@ -65,6 +67,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True, help="folder for rank<r>.json.gz")
     parser.add_argument("--steps", type=parse_steps, default=DEFAULT_STEPS,
                         help="FIRST:LAST training steps to record, 1-based (default 6:6)")
+    parser.add_argument("--whole-run", action="store_true",
+                        help="profile the whole run, no schedule and no profiler steps")
     parser.add_argument("script", type=Path)
     parser.add_argument("args", nargs=argparse.REMAINDER)
     args = parser.parse_args()
@@ -80,12 +84,18 @@ def main() -> None:
     activities = [ProfilerActivity.CPU]
     if torch.cuda.is_available():
         activities.append(ProfilerActivity.CUDA)
+    script_args = [a for a in args.args if a != "--"]
+    if args.whole_run:
+        with profile(activities=activities, record_shapes=True) as prof:
+            run_as_main(args.script, script_args)
+        write(prof)
+        return
     with profile(activities=activities, schedule=plan, on_trace_ready=write,
                  record_shapes=True) as prof:
         hook = register_optimizer_step_post_hook(
             OptimizerStepProfiler(prof))
         try:
-            run_as_main(args.script, [a for a in args.args if a != "--"])
+            run_as_main(args.script, script_args)
         finally:
             hook.remove()
 

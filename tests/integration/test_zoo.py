@@ -16,7 +16,7 @@ from tests.integration.live_examples import ROOT, needs_framework
 
 ZOO_SCRIPT = ROOT / "scenarios" / "examples" / "zoo_train.py"
 MODELS = ("hf-llama", "hf-qwen2", "hf-mixtral", "hf-bert", "hf-t5", "hf-vit", "hf-whisper",
-          "timm-vit", "timm-convnext", "timm-efficientnet", "diffusers-unet")
+          "timm-vit", "timm-convnext", "timm-efficientnet", "diffusers-unet", "torch-lstm")
 MAX_FALLBACK_SHARE = 0.03
 """The issue's bound on GPU time costed by the fitted roofline instead of the tables."""
 

@@ -176,6 +176,38 @@ CASES: dict[str, Case] = {
             "opt.step()",
         ),
         body=("opt.step()",)),
+    "lstm": Case(
+        setup=(
+            "lstm = torch.nn.LSTM(64, 128, num_layers=2, batch_first=True).cuda()",
+            "x = torch.randn(4, 16, 64, device='cuda', requires_grad=True)",
+        ),
+        body=("out, (h, c) = lstm(x)", "out.sum().backward()")),
+    "lstm_autocast": Case(  # a CUDA build's autocast runs cuDNN's RNN in fp16
+        setup=(
+            "lstm = torch.nn.LSTM(64, 128, num_layers=2).cuda()",
+            "x = torch.randn(16, 4, 64, device='cuda')",
+        ),
+        body=(
+            "with torch.autocast('cuda', dtype=torch.bfloat16):",
+            "    out, _ = lstm(x)",
+            "out.float().sum().backward()",
+        )),
+    "lstm_bf16": Case(  # cuDNN takes no bf16 RNN: the fused cell per step, as on a CPU build
+        setup=(
+            "lstm = torch.nn.LSTM(32, 32).cuda().bfloat16()",
+            "x = torch.randn(3, 2, 32, device='cuda', dtype=torch.bfloat16)",
+        ),
+        body=("lstm(x)[0].float().sum().backward()",)),
+    "gru_packed_bidirectional": Case(
+        setup=(
+            "from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence",
+            "gru = torch.nn.GRU(32, 64, bidirectional=True).cuda()",
+            "y = torch.randn(10, 4, 32, device='cuda', requires_grad=True)",
+        ),
+        body=(
+            "out, h = gru(pack_padded_sequence(y, [10, 8, 5, 3]))",
+            "pad_packed_sequence(out)[0].sum().backward()",
+        )),
     "llama_tiny_step": Case(  # a steady-state step of the example Llama, as the scripts run it
         setup=(
             "from llama_model import LLAMA_PRESETS, Llama",

@@ -1,5 +1,8 @@
 """The compute model: measured tables, interpolation, fitted fallback, coverage."""
 
+import json
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -9,8 +12,8 @@ from phantora.compute import ComputeModel, CostSource, Coverage, KernelSpec
 from phantora.compute.inductor import generated_kernel
 from phantora.compute.model import HOST_COPY_LATENCY_NS, table_path
 from phantora.compute.ops import base_name, is_memory_bound
-from phantora.compute.spec import MEMCPY_HTOD, STRIDED, Family
-from phantora.compute.table import TRITON_ROWS, KernelTable, MeasuredRow
+from phantora.compute.spec import MEMCPY_HTOD, STRIDED, Family, rnn_flops
+from phantora.compute.table import TRITON_ROWS, Estimate, KernelTable, MeasuredRow
 
 H100 = lookup_gpu("h100")
 H200 = lookup_gpu("h200")
@@ -236,6 +239,34 @@ def test_grouped_convolutions_take_only_their_own_rows() -> None:
     assert table.estimate(spec).duration_ns == 20_000
 
 
+def _rnn_row(seq: int, direction: str, time_us: float) -> dict[str, Any]:
+    dims = (seq, 64, 1024, 1024, 1, 1)
+    shape = {"cell": "lstm", "seq": seq, "batch": 64, "input": 1024, "hidden": 1024,
+             "layers": 1, "directions": 1, "pass": direction}
+    return {"section": "rnn", "op": f"lstm_{direction}", "aten_ops": "_cudnn_rnn",
+            "dtype": "fp16", "cache": "cold", "shape": json.dumps(shape), "bytes": 2**24,
+            "time_us": time_us, "flops": rnn_flops("lstm", dims, seq * 64, direction == "bwd")}
+
+
+def test_recurrent_layers_are_costed_by_rate_from_their_own_pass() -> None:
+    """cuDNN's LSTM: a measured shape gets its row; a sequence between two measured ones runs
+    at their rate (time between theirs); the backward is never costed from forward rows."""
+    table = KernelTable([MeasuredRow.parse(_rnn_row(seq, "fwd", seq * 10.0))
+                         for seq in (32, 128)])
+
+    def spec(seq: int, name: str = "aten::_cudnn_rnn") -> KernelSpec:
+        dims = (seq, 64, 1024, 1024, 1, 1)
+        return KernelSpec(name, rnn_flops("lstm", dims, seq * 64, name.endswith("backward")),
+                          2**24, "fp16", dims, "lstm")
+
+    assert spec(32).family is Family.RNN
+    assert table.estimate(spec(128)) == Estimate(1_280_000, True)
+    middle = table.estimate(spec(64))
+    assert middle is not None and not middle.exact
+    assert 320_000 < middle.duration_ns < 1_280_000
+    assert table.estimate(spec(64, "aten::_cudnn_rnn_backward")) is None
+
+
 def test_a_launch_bound_row_says_nothing_of_a_far_larger_kernel() -> None:
     """One tiny measured row (2 us for 64 bytes): a kernel 2^20 times larger is not charged that
     row's "bandwidth" (seconds), it is left to the fitted roofline."""
@@ -290,3 +321,16 @@ def test_generated_kernels_are_costed_by_their_kind_from_the_triton_rows(
     assert (spec.name, spec.dtype, spec.flops, spec.bytes) == (name, costed_as, 0, 2**24)
     assert base_name(spec.name) in TRITON_ROWS.values()
     assert h100.cost(spec).source is CostSource.INTERPOLATED
+
+
+def test_an_op_only_the_reference_measured_is_moved_to_the_h200_by_its_spec_sheet(
+        h100: ComputeModel) -> None:
+    """Group norm has H100 rows (the zoo's) and none on the H200: the H200 gets the H100's time
+    with its roofline bound moved to the H200's HBM, reported as such, not as a table of its
+    own and not as the fitted fallback."""
+    h200 = ComputeModel.for_gpu(lookup_gpu("h200"))
+    spec = KernelSpec("aten::native_group_norm", 0, 2**24, "fp32")
+    on_h100, on_h200 = h100.cost(spec), h200.cost(spec)
+    assert on_h200.source is CostSource.MOVED and not CostSource.MOVED.from_table
+    bound_h100, bound_h200 = (2**24 / gpu.hbm_gbs for gpu in (h100.gpu, h200.gpu))
+    assert on_h200.duration_ns == round(on_h100.duration_ns - bound_h100 + bound_h200)
