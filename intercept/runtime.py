@@ -28,6 +28,9 @@ from typing import ClassVar
 
 import numpy as np
 
+from hwmodel.catalogue import GpuSpec
+from hwmodel.compute.model import KernelCost
+from hwmodel.compute.spec import KernelSpec
 from intercept.host_time.clock import VirtualClock
 from intercept.host_time.gemm_heuristic import GemmShapeCache, load_kernel_map
 from intercept.host_time.host_cost import CUBLAS_GEMMS, HostCostTable, load_table
@@ -35,14 +38,11 @@ from intercept.host_time.host_spread import HostSpread, load_host_spread
 from intercept.host_time.python_work import CountedWork
 from intercept.host_time.residual import ResidualSmoother
 from intercept.process.client import CoordinatorClient, ValueSink
-from phantora.cluster.catalogue import GpuSpec
-from phantora.compute.model import KernelCost
-from phantora.compute.spec import KernelSpec
 from wire.messages import Collective, EventRecord, Exit, Kernel, RankStats, StreamWait, ValuePayload
 from wire.ops import P2P_OPS, IssuedOp
 
 KernelCostModel = Callable[[KernelSpec], KernelCost]
-"""The compute model of the rank's GPU (``phantora.compute.ComputeModel.cost``)."""
+"""The compute model of the rank's GPU (``hwmodel.compute.ComputeModel.cost``)."""
 
 _CommKey = str | tuple[str, int, int]
 """A group's collectives, or one ordered (src, dst) pair of its point-to-point messages."""

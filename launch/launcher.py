@@ -39,11 +39,11 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from types import TracebackType
 
+from hwmodel.catalogue import GpuSpec
+from hwmodel.errors import SimulationError
 from launch.program import Program
 from launch.spec import HostChoice, LaunchSpec
 from launch.value_policy import ValuePolicy
-from phantora.cluster.catalogue import GpuSpec
-from phantora.errors import SimulationError
 from wire.control import Failed, RankExit, Ready, Report, Request, Shutdown, Spawn, Spawned
 
 FORK_SERVER = "intercept.process.fork_server"

@@ -4,15 +4,15 @@
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hwmodel.catalogue import GpuSpec
 from launch.program import Program
 from launch.value_policy import ValuePolicy
-from phantora.cluster.catalogue import GpuSpec
 
 
 @dataclass(frozen=True, slots=True)
 class HostChoice:
     """The simulated host: its profile (``cluster.host``: a bundled profile's name or a profile
-    file's absolute path, ``phantora.calibration.host_profile``) and its speed against it
+    file's absolute path, ``hwmodel.calibration.host_profile``) and its speed against it
     (``cluster.host_speed``); ``profile`` ``None``: ``host_cpu``'s reference host, else the
     GPU's. ``cpus``: how many CPUs the host has."""
 

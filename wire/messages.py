@@ -49,7 +49,7 @@ class Kernel:
     flops: int = 0
     bytes: int = 0
     source: str = ""
-    """Where ``duration_ns`` came from (a ``phantora.compute.CostSource`` value)."""
+    """Where ``duration_ns`` came from (a ``hwmodel.compute.CostSource`` value)."""
 
 
 @dataclass(frozen=True, slots=True)

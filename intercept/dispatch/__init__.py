@@ -7,8 +7,8 @@ lists every patch point; the replacements live by job: :mod:`.cuda_devices`, :mo
 :mod:`.cuda_memory`, :mod:`.cuda_rng`, :mod:`.storages`, :mod:`.tensors`, :mod:`.parameter_moves`,
 :mod:`.dispatch_modes`, :mod:`.sdpa_choice`, :mod:`.compile_backend`);
 :mod:`.fake_mode` records each op's kernels, described by :mod:`.op_costs` as
-``phantora.compute.spec.KernelSpec`` records (their durations come from the kernel-time model,
-``phantora.compute``, fed by the measured tables in ``phantora/calibration/data/``);
+``hwmodel.compute.spec.KernelSpec`` records (their durations come from the kernel-time model,
+``hwmodel.compute``, fed by the measured tables in ``hwmodel/calibration/data/``);
 :mod:`.compiled` launches, for ``torch.compile``, the kernels Inductor would generate, as
 :mod:`.inductor_plan` plans them;
 :mod:`.cuda_ops`, :mod:`.cudnn_rnn`, :mod:`.unknown_shapes`, :mod:`.cpp_extensions` cover ops a CPU

@@ -39,12 +39,12 @@ from torch._functorch._aot_autograd.utils import make_boxed_func
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch._inductor.decomposition import select_decomp_table
 
+from hwmodel.compute.inductor import is_generated
+from hwmodel.compute.spec import KernelSpec
 from intercept.dispatch import fake_mode, op_costs
 from intercept.dispatch.inductor_plan import GraphPlan, plan_kernels
 from intercept.host_time.host_cost import HostCostTable
 from intercept.process import shim
-from phantora.compute.inductor import is_generated
-from phantora.compute.spec import KernelSpec
 
 GRAPH_CALL_OVERHEAD_NS = 20_000
 """Host cost of one call of a compiled forward graph beyond its launches and the counted Python

@@ -14,7 +14,7 @@ three things of ``torch.utils.cpp_extension``:
   Python functions that run the equivalent torch ops on the fake tensors, so the compute model
   costs them as the kernels the GPU runs (never zero time). Nothing is compiled: the load costs
   its Python only, as a build already cached in ``~/.cache/torch_extensions`` does. Any other
-  extension stops the run with a :class:`~phantora.errors.SimulationError` naming it and the
+  extension stops the run with a :class:`~hwmodel.errors.SimulationError` naming it and the
   framework's PyTorch path to use instead.
 
 Stand-ins (matched by the extension's ``name``):
@@ -34,9 +34,9 @@ from typing import Any
 
 import torch
 
+from hwmodel.errors import SimulationError
 from intercept.process import shim
 from intercept.values import plausible
-from phantora.errors import SimulationError
 
 NVCC_RELEASE = "12.8"
 """The CUDA release the stand-in nvcc reports, a CUDA 12 as on H100/H200 hosts; DeepSpeed only

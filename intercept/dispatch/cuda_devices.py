@@ -11,10 +11,10 @@ from typing import Any
 
 import torch
 
+from hwmodel.catalogue import GpuSpec
+from hwmodel.errors import SimulationError
 from intercept.memory import device_memory
 from intercept.process import shim
-from phantora.cluster.catalogue import GpuSpec
-from phantora.errors import SimulationError
 
 
 @dataclass(frozen=True)

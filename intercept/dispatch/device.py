@@ -20,10 +20,10 @@ import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
+from hwmodel.catalogue import GpuSpec
+from hwmodel.errors import SimulationError
 from intercept.process import shim
 from intercept.process.shim import CallbackOp
-from phantora.cluster.catalogue import GpuSpec
-from phantora.errors import SimulationError
 
 if TYPE_CHECKING:
     from intercept.dispatch.fake_mode import FunctionalCollectiveHandler, Runtime, SimFakeMode

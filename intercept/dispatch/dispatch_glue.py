@@ -7,11 +7,11 @@ from typing import Any, ContextManager
 
 import torch
 
+from hwmodel.compute.spec import KernelSpec
+from hwmodel.errors import SimulationError
 from intercept.dispatch.fake_mode import SimFakeMode
 from intercept.memory.device_memory import DeviceMemory
 from intercept.process import shim
-from phantora.compute.spec import KernelSpec
-from phantora.errors import SimulationError
 
 CALIBRATION_ROUNDS = 10
 CALIBRATION_OPS = 100

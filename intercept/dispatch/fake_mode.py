@@ -50,6 +50,8 @@ from typing import Any, ContextManager, Protocol
 import torch
 from torch._subclasses.fake_tensor import _DISPATCH_META_HANDLERS, FakeTensor, FakeTensorMode
 
+from hwmodel.compute.spec import MEMCPY_DTOH, MEMCPY_HTOD, KernelSpec
+from hwmodel.errors import SimulationError
 from intercept.dispatch import op_costs
 from intercept.dispatch.unknown_shapes import DATA_DEPENDENT, SHAPE_FROM_VALUES, fake_empty
 from intercept.host_time.host_cost import (EMBEDDING_BACKWARD_SMALL, INDEX_PUT_ACCUMULATE,
@@ -60,8 +62,6 @@ from intercept.values import plausible
 from intercept.values.store import ValueStore
 from intercept.values.value_model import ValueModel
 from launch.value_policy import ValuePolicy
-from phantora.compute.spec import MEMCPY_DTOH, MEMCPY_HTOD, KernelSpec
-from phantora.errors import SimulationError
 
 aten = torch.ops.aten
 

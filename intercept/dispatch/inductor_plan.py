@@ -13,7 +13,7 @@ once and launches the plan at run time. The plan:
   few outputs and many elements each is **split** in two kernels where Inductor's heuristic
   splits it (:func:`reduction_splits`: a batch norm's statistics over a large batch). Which kind of
   generated kernel that is, and so its time, is the compute model's
-  (``phantora.compute.inductor``: by bytes from the Triton rows of the tables, measured
+  (``hwmodel.compute.inductor``: by bytes from the Triton rows of the tables, measured
   ``torch.compile`` kernels); this module only plans the graph, which needs torch.
 """
 
@@ -29,11 +29,11 @@ import torch
 from torch._inductor import lowering
 from torch.fx.experimental.symbolic_shapes import optimization_hint
 
+from hwmodel.compute.inductor import generated_kernel
+from hwmodel.compute.ops import base_name
+from hwmodel.compute.spec import CONV_OPS, GROUPED_MATMUL_OPS, MATMUL_OPS, KernelSpec
 from intercept.dispatch import op_costs
 from intercept.values.store import VALUED_SMALL_MAX_NUMEL
-from phantora.compute.inductor import generated_kernel
-from phantora.compute.ops import base_name
-from phantora.compute.spec import CONV_OPS, GROUPED_MATMUL_OPS, MATMUL_OPS, KernelSpec
 
 REDUCTIONS: frozenset[str] = frozenset({
     "sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "var", "var_mean", "prod",

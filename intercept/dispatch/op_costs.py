@@ -1,7 +1,7 @@
 """What one aten op launches, as the compute model needs it: FLOPs, bytes, dtype and shape.
 
-:func:`kernel_spec` describes a launch as a :class:`~phantora.compute.spec.KernelSpec`; the
-compute model (``phantora.compute``) turns that into a kernel duration and never sees a
+:func:`kernel_spec` describes a launch as a :class:`~hwmodel.compute.spec.KernelSpec`; the
+compute model (``hwmodel.compute``) turns that into a kernel duration and never sees a
 tensor. Matrix products carry ``(batch, m, n, k)`` and their operands' layout, attention
 kernels ``(batch, heads, kv_heads, seq_q, seq_kv, head_dim)`` and causality: that is what the
 measured tables are keyed by. FLOPs come from PyTorch's own formulas
@@ -25,9 +25,9 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import flop_registry
 
-from intercept.dispatch.cudnn_rnn import CELLS
-from phantora.compute.spec import (CONV_OPS, GROUPED_CONV, GROUPED_MATMUL_OPS, MATMUL_OPS,
+from hwmodel.compute.spec import (CONV_OPS, GROUPED_CONV, GROUPED_MATMUL_OPS, MATMUL_OPS,
                                     RNN_OPS, STRIDED, KernelSpec, rnn_flops)
+from intercept.dispatch.cudnn_rnn import CELLS
 
 aten = torch.ops.aten
 

@@ -40,6 +40,8 @@ import torch.optim.optimizer
 import torch.utils._foreach_utils
 import torch.utils.cpp_extension
 
+from hwmodel.catalogue import GpuSpec
+from hwmodel.errors import SimulationError
 from intercept.dispatch import cpp_extensions, cuda_ops, cuda_wheels, cudnn_rnn
 from intercept.dispatch.compile_backend import compile_with_runnable_backend
 from intercept.dispatch.cuda_devices import (
@@ -122,8 +124,6 @@ from intercept.dispatch.tensors import (
 )
 from intercept.process import shim
 from intercept.values import host_reads
-from phantora.cluster.catalogue import GpuSpec
-from phantora.errors import SimulationError
 
 TORCH_VERSION_CHECKED = "2.13.0"
 

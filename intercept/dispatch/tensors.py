@@ -11,10 +11,10 @@ import torch
 from torch._prims_common import suggest_memory_format
 from torch._subclasses.fake_tensor import FakeTensor, is_fake
 
+from hwmodel.errors import SimulationError
 from intercept.dispatch import fake_mode
 from intercept.dispatch.cuda_devices import index_of
 from intercept.values.store import valuable
-from phantora.errors import SimulationError
 
 
 def tensor_cuda(self: torch.Tensor, device: Any = None, non_blocking: bool = False,

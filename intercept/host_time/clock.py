@@ -76,8 +76,8 @@ from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
 from typing import Protocol
 
+from hwmodel.calibration.host_references import UNSCALED, SpeedRatio
 from intercept.process import shim
-from phantora.calibration.host_references import UNSCALED, SpeedRatio
 from wire.messages import HostTimeSplit
 
 _NS_PER_S = 1_000_000_000

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from hwmodel.calibration.host_references import BENCHMARK_COMPONENTS, BENCHMARK_VERSION
 from intercept.process import shim
-from phantora.calibration.host_references import BENCHMARK_COMPONENTS, BENCHMARK_VERSION
 
 ROUNDS = 5
 """Rounds of a full measurement (each runs every component once); ~20-50 ms of CPU in all."""
@@ -156,7 +156,7 @@ COMPONENTS: Mapping[str, Component] = {
 }
 """The benchmark; sized for about 1 ms per component on a 2020s server core (5 ms a round).
 Its version (``BENCHMARK_VERSION``) and names (``BENCHMARK_COMPONENTS``) are the reference
-table's (``phantora.calibration.host_references``): change them together."""
+table's (``hwmodel.calibration.host_references``): change them together."""
 assert tuple(COMPONENTS) == BENCHMARK_COMPONENTS, "the reference table names other components"
 
 

@@ -64,10 +64,10 @@ class _ForkServer:
         # the ranks had to do it after the fork.
         import torch._dynamo  # noqa: F401
 
+        from hwmodel.compute import ComputeModel
         from intercept.distributed import process_group
         from intercept.host_time import c10d_host
         from intercept.host_time.gemm_heuristic import load_kernel_map
-        from phantora.compute import ComputeModel
         self.patches.enter_context(process_group.installed())  # closed never: for good
         self.patches.enter_context(c10d_host.excluded_calls())
         self.kernel_cost = ComputeModel.for_gpu(self.spec.gpu, self.spec.calibration).cost

@@ -41,9 +41,9 @@ from intercept.process.client import CoordinatorClient
 from intercept.runtime import KernelCostModel, RankRuntime
 from launch.program import Program
 from launch.spec import LaunchSpec
-from phantora.calibration.host_references import reference_host
-from phantora.compute.model import KernelCost
-from phantora.compute.spec import KernelSpec
+from hwmodel.calibration.host_references import reference_host
+from hwmodel.compute.model import KernelCost
+from hwmodel.compute.spec import KernelSpec
 
 _PR_SET_PDEATHSIG = 1
 

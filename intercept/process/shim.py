@@ -36,7 +36,7 @@ from pathlib import Path
 from types import CodeType, TracebackType
 from typing import NamedTuple
 
-from phantora.errors import MissingDependencyError, SimulationError
+from hwmodel.errors import MissingDependencyError, SimulationError
 
 SOURCE = Path(__file__).with_name("native") / "fakecuda.cpp"
 LIBRARY_NAME = "libfakecuda.so"

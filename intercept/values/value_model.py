@@ -29,10 +29,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from hwmodel.errors import SimulationError
 from intercept.values.plausible import plausible_value
 from intercept.values.store import ValueStore, valuable
 from launch.value_policy import Routing
-from phantora.errors import SimulationError
 
 aten = torch.ops.aten
 _COMPARISONS: dict[Any, Callable[[Any, Any], bool]] = {

@@ -18,8 +18,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from hwmodel.errors import PhantoraError, ScenarioError
 from phantora.cli.commands import SUBCOMMANDS, run_subcommand
-from phantora.errors import PhantoraError, ScenarioError
 from phantora.report.console import (attribution_table, collectives_table, coverage_line,
                                      fabric_line, host_line, hot_ports_table, ranks_table)
 from phantora.report.faults import fault_lines

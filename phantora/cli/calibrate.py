@@ -9,10 +9,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from phantora.calibration.host_profile import HostProfile, bundled_names
+from hwmodel.calibration.host_profile import HostProfile, bundled_names
+from hwmodel.catalogue import CATALOGUE, lookup_gpu
+from hwmodel.compute.calibrated import Calibration
 from phantora.cli.host_profile import default_reference
-from phantora.cluster.catalogue import CATALOGUE, lookup_gpu
-from phantora.compute.calibrated import Calibration
 from phantora.profiles.calibrate import calibrate
 from phantora.profiles.host_calibrate import fit_host_profile
 from phantora.profiles.kineto import RankTrace, read_trace

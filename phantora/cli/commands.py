@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from phantora.errors import PhantoraError
+from hwmodel.errors import PhantoraError
 
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {

@@ -16,10 +16,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from phantora.calibration.host_profile import (MEASURED_KEYS, HostProfile, bundled,
+from hwmodel.calibration.host_profile import (MEASURED_KEYS, HostProfile, bundled,
                                                bundled_names)
-from phantora.calibration.host_references import references
-from phantora.errors import PhantoraError
+from hwmodel.calibration.host_references import references
+from hwmodel.errors import PhantoraError
 
 MECHANISMS_MODULE = "intercept.host_time.mechanisms"
 

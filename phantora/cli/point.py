@@ -13,8 +13,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+from hwmodel.errors import PhantoraError
 from phantora.cli import report_error, simulate
-from phantora.errors import PhantoraError
 from phantora.scenario import parse_scenario
 
 

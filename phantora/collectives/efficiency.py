@@ -23,7 +23,7 @@ Latency: NCCL's modeled latency of the chosen (algorithm, protocol) is scaled by
 ``latency_scale``.
 
 The measured numbers, each with the measurement it was fitted to, are in
-:mod:`phantora.calibration.collectives`; rerun ``scripts/validate/validate_collectives.py`` after
+:mod:`hwmodel.calibration.collectives`; rerun ``scripts/validate/validate_collectives.py`` after
 changing any of them.
 """
 
@@ -33,8 +33,8 @@ from math import ceil
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from phantora.calibration import collectives as measured
-from phantora.calibration.source import Measured
+from hwmodel.calibration import collectives as measured
+from hwmodel.calibration.source import Measured
 from phantora.cluster.topology import LinkKind
 from phantora.collectives.config import Algorithm, Protocol
 
@@ -123,4 +123,4 @@ DEFAULT_CALIBRATION = Calibration(
     latency_scale=_by_variant(measured.LATENCY_SCALE),
 )
 """The calibration phantora uses unless told otherwise: the measured values of
-:mod:`phantora.calibration.collectives`; NVLS's latency stays NCCL's own."""
+:mod:`hwmodel.calibration.collectives`; NVLS's latency stays NCCL's own."""

@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from phantora.cluster.catalogue import GpuSpec
+from hwmodel.catalogue import GpuSpec
 from phantora.cluster.topology import LinkKind, Topology
 from phantora.network.base import GpuId
 

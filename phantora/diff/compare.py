@@ -17,8 +17,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from hwmodel.errors import ProfileError
 from phantora.diff.simulated import SimulatedRun
-from phantora.errors import ProfileError
 from phantora.profiles.activity import (Activity, CollectiveKey, matmul_flops, matmul_operands,
                                         real_activities)
 from phantora.profiles.families import FAMILIES

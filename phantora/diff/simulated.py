@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from phantora.compute.ops import base_name
-from phantora.errors import ProfileError
+from hwmodel.compute.ops import base_name
+from hwmodel.errors import ProfileError
 from phantora.profiles.activity import (Activity, GemmKey, collective_bucket, gemm_bucket,
                                         op_bucket)
 from phantora.profiles.families import kernel_family

@@ -6,10 +6,10 @@ from collections import Counter
 
 from rich.table import Table
 
+from hwmodel.units import format_bytes
 from phantora.diff.compare import (HOST_BOUND_IDLE_SHARE, PROFILER_NS_PER_EVENT, Diff,
                                    ProfilerCost, collective_rows, divergences, family_rows)
 from phantora.profiles.kineto import PROFILER_STEPS
-from phantora.units import format_bytes
 
 STEP_ROWS = 16
 """Compared (rank, step) rows listed before the mean."""

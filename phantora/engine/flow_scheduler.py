@@ -23,8 +23,8 @@ import heapq
 from dataclasses import dataclass
 from typing import Any
 
+from hwmodel.errors import SimulationError
 from phantora.collectives.dag import FlowDag
-from phantora.errors import SimulationError
 from phantora.network.base import FlowId, GpuId, NetworkBackend
 
 FOREVER_NS = 2**62

@@ -7,12 +7,15 @@ Ranks talk to the engine only through :mod:`wire` messages over one
    once from stream order; a collective waits until every member's stream reaches it
    (:mod:`.matching`), then is planned by the NCCL model and submitted to the shared
    :class:`~phantora.engine.flow_scheduler.FlowScheduler` at its start time.
-2. Settle: advance the scheduler (and with it the network backend) one instant at a time, but
-   only strictly below the *safe horizon* = min over running ranks of their clock promise (a
-   querying rank counts with its query time; blocked and finished ranks promise nothing).
-   A collective's end releases the work queued behind it; a rank blocked in a sync is answered
-   as soon as the completion it waits for is known (:class:`~wire.messages.Reply`), and
-   counts as running again from that time on.
+2. Settle: simulate one instant at a time, but only strictly below the *safe horizon* = min
+   over running ranks of their clock promise (a querying rank counts with its query time;
+   blocked and finished ranks promise nothing). At each instant the ranks' GPU work that
+   starts then is applied first (kernels placed, collectives reached, events recorded: the
+   devices wait for the engine's clock, :class:`~phantora.engine.streams.DeviceClock`), then
+   the scheduler (and with it the network backend) runs it. A collective's end releases the
+   work queued behind it; a rank blocked in a sync is answered as soon as the completion it
+   waits for is known (:class:`~wire.messages.Reply`), and counts as running again from that
+   time on.
 3. If no rank is running and nothing is left to simulate while some rank is still blocked, that
    is a deadlock: :class:`DeadlockError` with a report, at once, never a hang. A rank that
    exits with a traceback raises :class:`RankCrashed`.
@@ -20,6 +23,10 @@ Ranks talk to the engine only through :mod:`wire` messages over one
 Why the horizon is strict: a rank whose clock is ``t`` may still send an op at ``t``. Keeping
 the instant ``t`` unprocessed until then makes every run process the same instants with the
 same inputs, whatever the wall-clock interleaving of the ranks' messages (reproducible mode).
+That holds for the GPUs too: a kernel's end is fixed at its start from what the simulation
+knows at that instant (the overlap model reads which collectives are in flight, and since
+when every member reached them), never from whatever had arrived or completed when its op
+came in; so two runs of a scenario give the same numbers, bit for bit.
 The engine also rejects a rank that breaks its promise (an op earlier than its last clock), and
 the scheduler refuses to inject anything before the backend's clock: both raise
 :class:`SimulationError` instead of simulating a wrong past.
@@ -29,6 +36,8 @@ and count in the horizon; each mirror's share of a collective is issued with its
 representative's and is ready when that is (:mod:`.mirrors`).
 """
 
+import heapq
+import itertools
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -37,7 +46,7 @@ from multiprocessing.connection import Connection, wait
 
 import numpy as np
 
-from phantora.calibration.gpu import KERNEL_GAP_NS
+from hwmodel.calibration.gpu import KERNEL_GAP_NS
 from phantora.cluster.topology import Topology
 from phantora.collectives import (
     DEFAULT_CALIBRATION,
@@ -48,7 +57,7 @@ from phantora.collectives import (
     SystemInfo,
     plan_collective,
 )
-from phantora.compute import Coverage
+from hwmodel.compute import Coverage
 from phantora.engine.flow_scheduler import FOREVER_NS, DagDone, FlowScheduler
 from phantora.engine.deadlock import deadlock_report
 from phantora.engine.matching import CollectiveKey, Matcher, Member, PendingCollective
@@ -64,7 +73,7 @@ from phantora.engine.results import (
     RankResult,
 )
 from phantora.engine.streams import Completion, RankDevice
-from phantora.errors import DeadlockError, RankCrashed, RegroupRanks, SimulationError
+from hwmodel.errors import DeadlockError, RankCrashed, RegroupRanks, SimulationError
 from phantora.network.base import GpuId, NetworkBackend
 from wire.messages import (
     Batch,
@@ -137,6 +146,44 @@ class _Rank:
         """What the rank reported about itself when it exited."""
 
 
+class _Clock:
+    """The engine's :class:`~phantora.engine.streams.DeviceClock`: the instant the simulation
+    has settled up to, and the devices waiting for later instants (earliest first, then by
+    rank)."""
+
+    __slots__ = ("_due", "_order", "_waiting", "settled")
+
+    def __init__(self) -> None:
+        self.settled = 0
+        """Every instant before it is simulated."""
+        self._waiting: list[tuple[int, int, int, RankDevice]] = []
+        self._due: dict[int, int] = {}
+        """Rank -> the instant its device waits for (other entries of ``_waiting`` are stale)."""
+        self._order = itertools.count()
+
+    def settled_ns(self) -> int:
+        return self.settled
+
+    def wake_at(self, device: RankDevice, ready_ns: int) -> None:
+        if self._due.get(device.rank) != ready_ns:
+            self._due[device.rank] = ready_ns
+            heapq.heappush(self._waiting, (ready_ns, device.rank, next(self._order), device))
+
+    def next_ns(self) -> int | None:
+        """The earliest instant a device waits for (``None``: none waits)."""
+        waiting = self._waiting
+        while waiting and self._due.get(waiting[0][1]) != waiting[0][0]:
+            heapq.heappop(waiting)
+        return waiting[0][0] if waiting else None
+
+    def wake_next(self) -> None:
+        """Settle up to the earliest instant a device waits for and resume that device."""
+        ready_ns, rank, _, device = heapq.heappop(self._waiting)
+        del self._due[rank]
+        self.settled = ready_ns + 1
+        device.resume()
+
+
 class LiveEngine:
     """Coordinates live ranks with the GPU model, the NCCL model and a network backend."""
 
@@ -153,7 +200,7 @@ class LiveEngine:
         ``gpus_of_rank[rank]`` the global GPU the rank drives; ``coverage`` (if given)
         accumulates every kernel's cost source; ``overlap`` how collectives in flight slow a
         GPU's kernels (``None``: not at all); ``kernel_gap_ns`` the GPU's idle time between
-        back-to-back kernels (``phantora.calibration.gpu.KERNEL_GAP_NS``);
+        back-to-back kernels (``hwmodel.calibration.gpu.KERNEL_GAP_NS``);
         ``kernel_scale[rank]`` multiplies the durations of the rank's kernels as they arrive
         (a ``slow_gpu`` fault), which needs a timeline of its own: a scaled rank may neither
         mirror another nor be mirrored (:class:`SimulationError` otherwise)."""
@@ -180,10 +227,13 @@ class LiveEngine:
         self._gpus = list(gpus_of_rank)
         self._matcher = Matcher(self._start_collective, self._values_ready)
         self._scheduler = FlowScheduler(backend, record_flows=record_flows)
+        self._clock = _Clock()
+        self._released = False
+        """A rank was answered since the horizon was last taken (it may have lowered)."""
         mirrors = self._classes.mirrors()
         self._ranks = [
             _Rank(rank, self._gpus[rank], connections.get(rank),
-                  RankDevice(rank, self._issue, overlap, kernel_gap_ns),
+                  RankDevice(rank, self._issue, overlap, kernel_gap_ns, self._clock),
                   None if rank not in mirrors else Mirror(self._classes, rank, mirrors[rank]))
             for rank in range(world)]
         for mirror, representative in mirrors.items():
@@ -433,6 +483,7 @@ class LiveEngine:
         sync = rank.sync
         assert sync is not None
         rank.promise_ns = max(rank.promise_ns, time_ns)
+        self._released = True
         if time_ns > sync.at_ns:
             rank.blocked_ns += time_ns - sync.at_ns
             self._blocked.append(BlockedSpan(rank.rank, sync.kind, sync.target, sync.at_ns,
@@ -447,6 +498,7 @@ class LiveEngine:
     def _answer_query(self, rank: _Rank, completed: bool) -> None:
         assert rank.sync is not None
         rank.state = _State.RUNNING
+        self._released = True
         self._send(rank, Reply(rank.sync.at_ns, int(completed)))
 
     def _answer_due_queries(self) -> bool:
@@ -479,22 +531,36 @@ class LiveEngine:
                 return
 
     def _process(self) -> None:
+        """Simulate the instants below the horizon in time order: at each, the devices' items
+        that start then (lower rank first), then the network's events."""
         scheduler = self._scheduler
+        clock = self._clock
+        self._released = False
         horizon_ns = self._horizon()
         while True:
-            next_ns = scheduler.next_ns()
-            if next_ns is None or next_ns >= horizon_ns:
-                return
-            finished = scheduler.step(horizon_ns - 1)
-            if finished is None:
-                if horizon_ns >= FOREVER_NS:
+            if self._released:  # a sync answered on the way: the horizon may have come down
+                self._released = False
+                horizon_ns = self._horizon()
+            device_ns = clock.next_ns()
+            network_ns = scheduler.next_ns()
+            if device_ns is not None and device_ns < horizon_ns and (
+                    network_ns is None or device_ns <= network_ns):
+                clock.wake_next()
+                continue
+            if network_ns is None or network_ns >= horizon_ns:
+                break
+            limit_ns = min(horizon_ns, FOREVER_NS if device_ns is None else device_ns) - 1
+            finished = scheduler.step(limit_ns)
+            if finished is None:  # nothing happened up to the limit
+                if limit_ns >= FOREVER_NS - 1:
                     raise SimulationError("the network backend stalled: flows are pending but "
                                           "none ever completes")
-                return
-            if finished:
-                for done in finished:
-                    self._finish_collective(done)
-                horizon_ns = self._horizon()  # only a finished collective can release a rank
+                continue
+            clock.settled = scheduler.now_ns + 1
+            for done in finished:
+                self._finish_collective(done)
+        if horizon_ns < FOREVER_NS:
+            clock.settled = horizon_ns  # a rank answered at an instant may still send ops then
 
     def _start_collective(self, collective: PendingCollective) -> None:
         """Every member is ready: plan it and hand it to the scheduler at its start time."""

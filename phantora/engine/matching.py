@@ -25,10 +25,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from hwmodel.errors import DeadlockError, SimulationError
 from phantora.collectives import CollectiveOp, CollectiveRequest
 from phantora.engine import collective_values
 from phantora.engine.streams import Completion
-from phantora.errors import DeadlockError, SimulationError
 from phantora.network.base import GpuId
 from wire.messages import Collective
 from wire.ops import P2P_OPS, IssuedOp

@@ -5,7 +5,7 @@ NCCL runs a collective as a kernel of one CUDA block per channel that holds its 
 through HBM for the whole call, so a kernel on another stream gets what is left. The factors
 come from measurements on 2x H200 (``scripts/measure/measure_overlap.py``,
 ``scripts/measure/data/overlap/``; the measured points and their source:
-``phantora.calibration.gpu``); what was measured, how the rule below was chosen and what it
+``hwmodel.calibration.gpu``); what was measured, how the rule below was chosen and what it
 misses: ``docs/models/compute.md``.
 
 * A kernel's factor is read off a curve of its alone duration (linear in log duration between
@@ -36,14 +36,14 @@ import math
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 
-from phantora.calibration.gpu import (
+from hwmodel.calibration.gpu import (
     COLLECTIVE_BY_COMPUTE,
     COLLECTIVE_BY_MEMORY,
     KERNEL_BY_COLLECTIVE_COMPUTE,
     KERNEL_BY_COLLECTIVE_MEMORY,
 )
-from phantora.compute.ops import is_memory_bound
-from phantora.compute.spec import MEMCPY_DTOH, MEMCPY_HTOD
+from hwmodel.compute.ops import is_memory_bound
+from hwmodel.compute.spec import MEMCPY_DTOH, MEMCPY_HTOD
 
 Busy = tuple[int, int]
 """``(start_ns, end_ns)`` of a collective in flight on the device."""
@@ -235,4 +235,4 @@ MEASURED_OVERLAP = OverlapModel(
     collective_by_compute=SlowdownCurve(COLLECTIVE_BY_COMPUTE.value),
     collective_by_memory=SlowdownCurve(COLLECTIVE_BY_MEMORY.value),
 )
-"""The curves measured on 2x H200 (``phantora.calibration.gpu``, with their source)."""
+"""The curves measured on 2x H200 (``hwmodel.calibration.gpu``, with their source)."""

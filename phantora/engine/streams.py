@@ -4,7 +4,7 @@ Semantics, as CUDA defines them:
 
 * Work on one stream runs in issue order; a kernel starts at ``max(launch time, the end of
   the stream's previous work + the front end's gap)`` (measured:
-  ``phantora.calibration.gpu.KERNEL_GAP_NS``) and runs its duration.
+  ``hwmodel.calibration.gpu.KERNEL_GAP_NS``) and runs its duration.
 * ``event.record(stream)`` completes when everything queued on the stream before it has; a
   later ``stream.wait_event(event)`` holds everything queued after it on that stream until the
   event completes. The record a wait refers to is the latest one *in program order* (an event
@@ -15,9 +15,16 @@ Semantics, as CUDA defines them:
   the SMs and memory bandwidth (:mod:`phantora.engine.overlap` has the measured factors and
   the rule's limits).
 
-Most times are known the moment an op arrives (a kernel behind kernels); only work queued
-behind a collective waits for the network. A :class:`Completion` is such a GPU-side instant,
-*pending* until the engine learns its time, then fixed; streams park on pending ones.
+A :class:`Completion` is a GPU-side instant, *pending* until the engine learns its time,
+then fixed; streams park on pending ones (work queued behind a collective waits for the
+network).
+
+Under the live engine's clock (:class:`DeviceClock`) a device applies each item only once the
+simulation has reached the item's start, in time order with every other device and the network:
+what a kernel sees of the collectives in flight (their reach by every member, their end) is then
+what the simulation knows at that instant, the same in every run, not what the ranks' messages
+and the network had got to when the op arrived (which hangs on wall-clock timing). A device on
+its own, without a clock, applies items as soon as their times are known.
 """
 
 from collections import deque
@@ -25,7 +32,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from phantora.calibration.gpu import KERNEL_GAP_NS
+from hwmodel.calibration.gpu import KERNEL_GAP_NS
+from hwmodel.errors import SimulationError
 from phantora.engine.overlap import (
     MEASURED_OVERLAP,
     Busy,
@@ -35,7 +43,6 @@ from phantora.engine.overlap import (
     collective_end_ns,
     stretched_end_ns,
 )
-from phantora.errors import SimulationError
 from wire.messages import Collective, EventRecord, Kernel, Op, StreamWait
 
 
@@ -94,6 +101,20 @@ reaches a collective at or after the kernels the time-ordered drain placed befor
 take the few a stream released by a late completion places earlier."""
 
 
+class DeviceClock(Protocol):
+    """The simulation's time as a device sees it (the live engine's; see the module
+    docstring)."""
+
+    def settled_ns(self) -> int:
+        """Every instant before this one is simulated: the network's, and every device's items
+        that start earlier. An item that starts earlier may be applied now."""
+        ...
+
+    def wake_at(self, device: "RankDevice", ready_ns: int) -> None:
+        """Call ``device.resume()`` once the simulation has reached ``ready_ns``."""
+        ...
+
+
 class CollectivePort(Protocol):
     """A rank's share of a collective, as its stream sees it (made by the matcher)."""
 
@@ -123,6 +144,9 @@ class KernelSpan:
 
 
 class _Item(Protocol):
+    at_ns: int
+    """When the host issued it (its op's clock; 0 for a sync's marker)."""
+
     def expected_end_ns(self, free_ns: int, device: "RankDevice") -> int | None:
         """When the item would end if its stream were free at ``free_ns``, as far as can be
         told now (``None``: not yet); for the collectives expected in flight (see
@@ -146,6 +170,10 @@ class _KernelItem:
 
     def __init__(self, op: Kernel) -> None:
         self.op = op
+
+    @property
+    def at_ns(self) -> int:
+        return self.op.at_ns
 
     def ready_ns(self, stream: "_Stream") -> int:
         return max(self.op.at_ns, stream.free_ns + stream.device.kernel_gap_ns)
@@ -187,9 +215,11 @@ class _RecordItem:
 
 
 class _WaitItem:
-    __slots__ = ("completion", "event", "recorded_on")
+    __slots__ = ("at_ns", "completion", "event", "recorded_on")
 
-    def __init__(self, event: int, recorded_on: int, completion: Completion) -> None:
+    def __init__(self, at_ns: int, event: int, recorded_on: int,
+                 completion: Completion) -> None:
+        self.at_ns = at_ns
         self.event = event
         self.recorded_on = recorded_on
         self.completion = completion
@@ -219,6 +249,10 @@ class _CollectiveItem:
         self.port = port
         self.key = (op.group, op.op, op.ranks, op.nbytes, op.splits)
         self.reached_ns: int | None = None
+
+    @property
+    def at_ns(self) -> int:
+        return self.op.at_ns
 
     def ready_ns(self, stream: "_Stream") -> int:
         return max(self.op.at_ns, stream.free_ns)
@@ -285,14 +319,17 @@ class RankDevice:
 
     def __init__(self, rank: int, issue: Callable[[int, Collective], CollectivePort],
                  overlap: OverlapModel | None = MEASURED_OVERLAP,
-                 kernel_gap_ns: int = KERNEL_GAP_NS.value) -> None:
+                 kernel_gap_ns: int = KERNEL_GAP_NS.value,
+                 clock: DeviceClock | None = None) -> None:
         """``overlap``: how collectives in flight slow kernels; ``None`` leaves kernels as
         the compute model timed them. ``kernel_gap_ns``: the front end's gap between
-        back-to-back kernels (``phantora.calibration.gpu.KERNEL_GAP_NS``)."""
+        back-to-back kernels (``hwmodel.calibration.gpu.KERNEL_GAP_NS``). ``clock``: the
+        simulation's, which items wait for (``None``: none, items run as soon as they can)."""
         self.rank = rank
         self.kernel_gap_ns = kernel_gap_ns
         self._issue = issue
         self._overlap = overlap
+        self._clock = clock
         self._streams: dict[int, _Stream] = {}
         self._events: dict[int, tuple[int, Completion]] = {}
         """Event id -> (stream, completion) of its latest record in program order."""
@@ -310,9 +347,11 @@ class RankDevice:
         self.overlap_extra_ns = 0
         """How many kernels overlapping a collective were slowed, and by how much in all."""
 
-    def drain(self, stream: _Stream) -> None:
+    def drain(self, stream: _Stream | None = None) -> None:
         """Apply queued items of ``stream`` (and of every stream this unblocks) in GPU time
-        order, until each waits for a time not known yet or has none left.
+        order, until each waits for a time not known yet or has none left, or, under a clock,
+        the earliest starts where the simulation has not got to yet (the clock wakes the
+        device when it gets there: :meth:`resume`).
 
         In time order rather than one stream after another, so that a collective a stream
         reaches is in flight (:class:`CommWindows`) before the kernels that start after it are
@@ -322,15 +361,20 @@ class RankDevice:
         Start and end times do not depend on the order; only what is known to be in flight
         when a kernel is placed does. Ties go to the lower stream id (deterministic).
         """
-        self._runnable[stream.stream_id] = stream
+        if stream is not None:
+            self._runnable[stream.stream_id] = stream
         if self._draining:
             return
         self._draining = True
         try:
             runnable = self._runnable
+            clock = self._clock
             while runnable:
-                head = min(runnable.values(),
-                           key=lambda s: (s.queue[0].ready_ns(s), s.stream_id))
+                ready_ns, _, head = min((s.queue[0].ready_ns(s), s.stream_id, s)
+                                        for s in runnable.values())
+                if clock is not None and ready_ns >= clock.settled_ns():
+                    clock.wake_at(self, ready_ns)
+                    return
                 waiting_for = head.queue[0].proceed(head)
                 if waiting_for is not None:
                     del runnable[head.stream_id]
@@ -342,7 +386,11 @@ class RankDevice:
         finally:
             self._draining = False
 
-    def expected_windows(self, besides: int) -> list[Busy]:
+    def resume(self) -> None:
+        """The clock reached the start of the earliest item waiting for it: drain on."""
+        self.drain()
+
+    def expected_windows(self, besides: int, known_ns: int | None = None) -> list[Busy]:
         """The collectives queued on this GPU's streams other than ``besides`` that their
         stream has not reached yet, each expected in flight from when its stream should
         reach it for as long as its latest occurrence moved data here.
@@ -351,7 +399,9 @@ class RankDevice:
         simulated only up to the hosts' clocks, behind a GPU-bound step's GPU) holds the
         collectives queued behind it: DDP's next bucket all-reduce, FSDP2's next all-gather.
         Their starts are extrapolated through the queue (kernels by their durations, event
-        waits by their known times) up to the first item that cannot be told yet.
+        waits by their known times) up to the first item that cannot be told yet, or that the
+        host issued after ``known_ns`` (the simulation's instant: under a clock, whether the
+        rank's later ops have arrived yet is a matter of wall-clock timing).
         """
         spans: list[Busy] = []
         for stream in self._streams.values():
@@ -359,7 +409,7 @@ class RankDevice:
                 continue
             free_ns: int | None = stream.free_ns
             for item in stream.queue:
-                if free_ns is None:
+                if free_ns is None or (known_ns is not None and item.at_ns > known_ns):
                     break
                 end_ns = item.expected_end_ns(free_ns, self)
                 if (isinstance(item, _CollectiveItem) and item.reached_ns is None
@@ -370,11 +420,13 @@ class RankDevice:
 
     def kernel_end_ns(self, op: Kernel, start_ns: int) -> int:
         """When ``op``, starting at ``start_ns``, ends: slowed where it overlaps collectives
-        in flight on this GPU as known now, or expected to be (:meth:`expected_windows`)."""
+        in flight on this GPU as known now (under a clock: at ``start_ns``), or expected to be
+        (:meth:`expected_windows`)."""
         alone_end_ns = start_ns + op.duration_ns
         if self._overlap is None:
             return alone_end_ns
-        busy = self.comm_windows.busy(op.at_ns) + self.expected_windows(op.stream)
+        known_ns = None if self._clock is None else self._clock.settled_ns() - 1
+        busy = self.comm_windows.busy(op.at_ns) + self.expected_windows(op.stream, known_ns)
         if not busy:
             self._remember(op, start_ns, alone_end_ns)
             return alone_end_ns
@@ -413,7 +465,7 @@ class RankDevice:
         elif isinstance(op, StreamWait):
             recorded = self._events.get(op.event)
             if recorded is not None:
-                self._stream(op.stream).push(_WaitItem(op.event, *recorded))
+                self._stream(op.stream).push(_WaitItem(op.at_ns, op.event, *recorded))
         elif isinstance(op, Collective):
             self._stream(op.stream).push(_CollectiveItem(op, self._issue(self.rank, op)))
         else:

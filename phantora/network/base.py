@@ -7,7 +7,7 @@ backend's clock forward and returns the flows that completed. Nothing calls back
 Contract every backend keeps (tests check it for each one):
 
 * ``add_flow(..., start_ns)`` requires ``start_ns >= now_ns()``; an earlier start raises
-  :class:`~phantora.errors.BackendError` (the engine must never inject into the past).
+  :class:`~hwmodel.errors.BackendError` (the engine must never inject into the past).
 * ``advance_to(t_ns)`` simulates until ``t_ns`` **or** until the first instant at which at
   least one flow completes, whichever comes first, and returns the flows completed at that
   instant (possibly none). Afterwards ``now_ns()`` is that instant. It never moves backwards.

@@ -7,8 +7,8 @@ possibly stopping earlier at one of its own completions, then the NVLink model c
 to exactly where the fabric stopped.
 """
 
+from hwmodel.errors import BackendError
 from phantora.cluster.topology import Topology
-from phantora.errors import BackendError
 from phantora.network.base import FlowDone, FlowId, GpuId, NetworkBackend, NetworkStats
 
 

@@ -5,8 +5,8 @@ link and GPUs named, rather than stranding flows mid-run (or, in ns-3, killing t
 
 from collections.abc import Sequence
 
+from hwmodel.errors import BackendError
 from phantora.cluster.topology import Topology
-from phantora.errors import BackendError
 from phantora.network.base import LinkFailure
 
 

@@ -13,11 +13,11 @@ an op where PyTorch dispatches it (``aten::_to_copy``), a trace also the ops ins
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from phantora.compute.inductor import generated_name
-from phantora.compute.ops import base_name
+from hwmodel.compute.inductor import generated_name
+from hwmodel.compute.ops import base_name
+from hwmodel.units import format_bytes
 from phantora.profiles.families import kernel_family
 from phantora.profiles.kineto import KernelEvent, OpCall, RankTrace
-from phantora.units import format_bytes
 
 GemmKey = tuple[str, int]
 """``(aten op, FLOPs)`` of a matrix product: what identifies its shape on both sides."""

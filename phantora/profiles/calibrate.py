@@ -1,5 +1,5 @@
 """Kernel times from real PyTorch profiler traces of one GPU, as a calibration
-(:class:`~phantora.compute.calibrated.Calibration`): what ``phantora-ns3 calibrate`` builds.
+(:class:`~hwmodel.compute.calibrated.Calibration`): what ``phantora-ns3 calibrate`` builds.
 
 Every GPU kernel launched inside an aten op call counts for the call the simulator's rank side
 dispatches (:func:`~phantora.profiles.launch_keys.dispatched_call`: the ``aten::_to_copy``
@@ -28,14 +28,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from phantora.calibration.gpu import KERNEL_GAP_NS
-from phantora.cluster.catalogue import CATALOGUE, GpuSpec
-from phantora.compute.calibrated import Calibration
-from phantora.compute.fitted import MEMORY_SECTIONS, EfficiencyCurves
-from phantora.compute.ops import SAME_KERNEL_AS, base_name
-from phantora.compute.spec import STRIDED, Family, KernelSpec
-from phantora.compute.table import KernelTable, MeasuredRow, conv_pass
-from phantora.errors import ProfileError
+from hwmodel.calibration.gpu import KERNEL_GAP_NS
+from hwmodel.catalogue import CATALOGUE, GpuSpec
+from hwmodel.compute.calibrated import Calibration
+from hwmodel.compute.fitted import MEMORY_SECTIONS, EfficiencyCurves
+from hwmodel.compute.ops import SAME_KERNEL_AS, base_name
+from hwmodel.compute.spec import STRIDED, Family, KernelSpec
+from hwmodel.compute.table import KernelTable, MeasuredRow, conv_pass
+from hwmodel.errors import ProfileError
 from phantora.profiles.families import HOST_TRANSFERS
 from phantora.profiles.kineto import RECORD_HINT, KernelEvent, RankTrace
 from phantora.profiles.launch_keys import POINTWISE, dispatched_call, launch_spec
@@ -115,7 +115,7 @@ def _check_device(trace: RankTrace, gpu: GpuSpec) -> None:
                            f"{RECORD_HINT}")
     match = [key for key, spec in CATALOGUE.items() if spec.marketing_name == trace.device_name]
     hint = (f"calibrate it with --gpu {match[0]}" if match else
-            "the catalogue has no GPU of that name (phantora/cluster/catalogue.py)")
+            "the catalogue has no GPU of that name (hwmodel/catalogue.py)")
     raise ProfileError(f"{trace.path}: recorded on {trace.device_name}, not the "
                        f"{gpu.name} ({gpu.marketing_name}) named by --gpu; {hint}")
 

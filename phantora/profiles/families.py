@@ -11,9 +11,9 @@ The simulator's generated kernels (``inductor::<kind>``) are ``triton``, as Indu
 
 import re
 
-from phantora.compute.inductor import is_generated
-from phantora.compute.ops import base_name, is_memory_bound
-from phantora.compute.spec import CONV_OPS, GROUPED_MATMUL_OPS, MATMUL_OPS
+from hwmodel.compute.inductor import is_generated
+from hwmodel.compute.ops import base_name, is_memory_bound
+from hwmodel.compute.spec import CONV_OPS, GROUPED_MATMUL_OPS, MATMUL_OPS
 
 FAMILIES: tuple[str, ...] = ("gemm", "attention", "conv", "norm", "elementwise", "optimizer",
                              "triton", "memcpy", "communication", "other")

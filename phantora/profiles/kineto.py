@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from phantora.errors import ProfileError
+from hwmodel.errors import ProfileError
 
 RECORD_HINT = ("record one with: with torch.profiler.profile(activities=[ProfilerActivity.CPU, "
                "ProfilerActivity.CUDA], record_shapes=True) as prof: <the training loop>, then "

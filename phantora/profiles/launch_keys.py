@@ -22,10 +22,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from math import ceil, prod
 
-from phantora.compute.ops import base_name, is_memory_bound
-from phantora.compute.spec import (CONV_OPS, GROUPED_MATMUL_OPS, MATMUL_OPS, STRIDED,
+from hwmodel.compute.ops import base_name, is_memory_bound
+from hwmodel.compute.spec import (CONV_OPS, GROUPED_MATMUL_OPS, MATMUL_OPS, STRIDED,
                                    KernelSpec)
-from phantora.compute.table import attention_flops
+from hwmodel.compute.table import attention_flops
 from phantora.profiles.kineto import OpCall
 
 TRACE_DTYPES: dict[str, tuple[str, int]] = {

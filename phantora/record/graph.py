@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hwmodel.errors import ScenarioError
 from phantora.engine.matching import CollectiveKey
 from phantora.engine.rank_classes import RankClasses
-from phantora.errors import ScenarioError
 from wire.messages import Collective, EventRecord, Kernel, Op, RankStats, StreamWait
 from wire.ops import P2P_OPS, IssuedOp
 

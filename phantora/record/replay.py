@@ -22,9 +22,9 @@ from multiprocessing import Pipe
 from multiprocessing.connection import Connection
 from typing import Any
 
+from hwmodel.compute import Coverage
 from phantora.cluster.topology import Topology
 from phantora.collectives import NcclConfig, SystemInfo
-from phantora.compute import Coverage
 from phantora.engine.live import LiveEngine
 from phantora.engine.overlap import OverlapModel
 from phantora.engine.results import LiveResult

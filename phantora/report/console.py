@@ -7,9 +7,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from hwmodel.units import format_bytes
 from phantora.engine.results import RankResult
 from phantora.report.summary import CollectiveResult
-from phantora.units import format_bytes
 
 T = TypeVar("T")
 

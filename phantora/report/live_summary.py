@@ -4,8 +4,8 @@ import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
+from hwmodel.compute import Coverage
 from phantora.cluster.topology import Topology
-from phantora.compute import Coverage
 from phantora.engine.results import CollectiveRecord, LiveResult
 from phantora.network.base import NetworkBackend
 from phantora.report.attribution import Attribution, attribute

@@ -9,7 +9,7 @@ import re
 import shutil
 from pathlib import Path
 
-from phantora.errors import ScenarioError
+from hwmodel.errors import ScenarioError
 
 RUN_OUTPUTS = ("summary.json", "trace.json", "graph", "chakra", "ranks")
 """What a run writes into its folder."""

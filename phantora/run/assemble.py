@@ -14,7 +14,7 @@ the same fluid model (``cluster.network.backend: flow``).
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 
-from phantora.cluster.catalogue import GpuSpec, lookup_gpu
+from hwmodel.catalogue import GpuSpec, lookup_gpu
 from phantora.cluster.topology import (
     HostSpec,
     LinkKind,

@@ -4,7 +4,7 @@ the run's ``summary.json`` sections and write its trace.
 The launcher (``launch.launcher``) forks the live ranks and owns their processes; the
 :class:`~phantora.engine.live.LiveEngine` answers them, mirrors the deduplicated ones
 (``phantora.engine.rank_classes``) and drives the network. A run whose rank classes prove
-wrong (:class:`~phantora.errors.RegroupRanks`) starts again with what it learned, on a fresh
+wrong (:class:`~hwmodel.errors.RegroupRanks`) starts again with what it learned, on a fresh
 backend. Rank 0's log is echoed live to the console from a small thread (the engine's loop
 never waits for it). The execution graph is recorded to ``out_dir/graph``
 (:mod:`phantora.record.recorder`). Whatever happens - a crash, a deadlock, Ctrl-C - every rank
@@ -19,18 +19,18 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from hwmodel.calibration.host_profile import resolve_host
+from hwmodel.compute import Coverage
+from hwmodel.errors import RegroupRanks
 from launch.launcher import Launcher
 from launch.program import Program
 from launch.spec import HostChoice
 from launch.value_policy import Routing, ValuePolicy
-from phantora.calibration.host_profile import resolve_host
-from phantora.compute import Coverage
 from phantora.cpu_affinity import pinned
 from phantora.engine.live import LiveEngine
 from phantora.engine.overlap import MEASURED_OVERLAP
 from phantora.engine.rank_classes import RankClasses
 from phantora.engine.results import LiveResult
-from phantora.errors import RegroupRanks
 from phantora.network.base import NetworkBackend
 from phantora.record.recorder import tap, write_recording
 from phantora.report.live_summary import fill_live_summary

@@ -8,8 +8,8 @@ live run, plus a ``replay`` section saying where the two differ.
 
 from pathlib import Path
 
-from phantora.cluster.catalogue import GpuSpec
-from phantora.compute import Coverage
+from hwmodel.catalogue import GpuSpec
+from hwmodel.compute import Coverage
 from phantora.engine.overlap import MEASURED_OVERLAP
 from phantora.engine.results import LiveResult
 from phantora.network.base import NetworkBackend

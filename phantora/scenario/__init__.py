@@ -2,7 +2,7 @@
 
 ``load_scenario("x.yaml")`` returns a :class:`Scenario` whose values are resolved (ints in
 bytes and ns, floats in Gbit/s, defaults filled). Anything wrong raises one
-:class:`~phantora.errors.ScenarioError` with a line per problem::
+:class:`~hwmodel.errors.ScenarioError` with a line per problem::
 
     x.yaml: cluster.network.link_bandwidth: got "400G"; expected a rate with a unit, e.g. ...
 

@@ -1,7 +1,7 @@
 """Reading a scenario: file → YAML → schema → resolved :class:`Scenario`.
 
 Every failure on the way (missing file, YAML syntax, a duplicate key, a bad value, keys that
-contradict each other) ends as one :class:`~phantora.errors.ScenarioError`, never a traceback.
+contradict each other) ends as one :class:`~hwmodel.errors.ScenarioError`, never a traceback.
 """
 
 from collections.abc import Hashable
@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from phantora.errors import ScenarioError
+from hwmodel.errors import ScenarioError
 from phantora.scenario.messages import describe_errors, scenario_error
 from phantora.scenario.model import Scenario
 from phantora.scenario.resolve import resolve_scenario

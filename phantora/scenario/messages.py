@@ -19,7 +19,7 @@ from pydantic import BaseModel, Tag
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
-from phantora.errors import ScenarioError
+from hwmodel.errors import ScenarioError
 
 Problem = tuple[str, str]
 """``(key path, message)``; rendered as ``SOURCE: PATH: MESSAGE``."""

@@ -93,7 +93,7 @@ class ClusterConfig(_Resolved):
     """The hardware: identical hosts of ``gpus_per_host`` GPUs, plus the fabric between them."""
 
     gpu: str
-    """Catalogue key (lower case), see :func:`phantora.cluster.catalogue.lookup_gpu`."""
+    """Catalogue key (lower case), see :func:`hwmodel.catalogue.lookup_gpu`."""
     hosts: int
     gpus_per_host: int
     nvlink_gbps: float
@@ -104,10 +104,10 @@ class ClusterConfig(_Resolved):
     """``None`` on a single host, whose GPUs only talk over NVLink."""
     calibration: str | None = None
     """Absolute path of the kernel calibration file kernel times come from
-    (``phantora.compute.calibrated``); ``None``: the packaged measured tables."""
+    (``hwmodel.compute.calibrated``); ``None``: the packaged measured tables."""
     host: str = "h100-host"
     """Host profile: a bundled one's name, or the absolute path of a profile file
-    (``phantora.calibration.host_profile``)."""
+    (``hwmodel.calibration.host_profile``)."""
     host_speed: float = 1.0
     """The simulated host runs this many times as fast as its profile."""
 
@@ -172,7 +172,7 @@ class SimulationConfig(_Resolved):
     """``counted | measured``: how the script's own Python is timed (``intercept.host_time.python_work``
     or its CPU time); only used when not ``reproducible``."""
     host_cpu: str
-    """Reference host (``phantora/calibration/data/host_speed.json``) whose costs the host
+    """Reference host (``hwmodel/calibration/data/host_speed.json``) whose costs the host
     time is charged at and whose CPU speed measured time is scaled to, or ``"native"``; only
     used when not ``reproducible``."""
     overlap_slowdown: bool

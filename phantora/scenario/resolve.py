@@ -13,14 +13,15 @@ from math import ceil
 from pathlib import Path
 from typing import TypeVar
 
+from hwmodel.calibration import host_references
+from hwmodel.calibration.host_profile import HostProfileError, resolve_host
+from hwmodel.catalogue import GpuSpec, lookup_gpu
+from hwmodel.compute.calibrated import Calibration
+from hwmodel.errors import CalibrationError
+from hwmodel.units import format_bytes
 from launch.value_policy import Routing
-from phantora.calibration import host_references
-from phantora.calibration.host_profile import HostProfileError, resolve_host
-from phantora.cluster.catalogue import GpuSpec, lookup_gpu
 from phantora.cluster.topology import uplinks_for
-from phantora.compute.calibrated import Calibration
 from phantora.cpu_affinity import default_cpus
-from phantora.errors import CalibrationError
 from phantora.network.roce_presets import RoceSettings, preset
 from phantora.scenario.messages import Problem, join_words, scenario_error
 from phantora.scenario.model import (
@@ -58,7 +59,6 @@ from phantora.scenario.schema import (
     SizeSweepSpec,
     SlowGpuSpec,
 )
-from phantora.units import format_bytes
 
 T = TypeVar("T")
 

@@ -23,9 +23,10 @@ from pydantic import (
     model_validator,
 )
 
+from hwmodel.calibration.host_references import host_cpu_choices
+from hwmodel.catalogue import CATALOGUE
+from hwmodel.units import parse_bytes, parse_duration_ns, parse_rate_gbps
 from launch.value_policy import Routing
-from phantora.calibration.host_references import host_cpu_choices
-from phantora.cluster.catalogue import CATALOGUE
 from phantora.cpu_affinity import usable_cpus
 from phantora.network.roce_presets import AckPriority, CongestionControl, PresetName
 from phantora.scenario.messages import expected_one_of
@@ -39,7 +40,6 @@ from phantora.scenario.model import (
     TopologyName,
     Transport,
 )
-from phantora.units import parse_bytes, parse_duration_ns, parse_rate_gbps
 
 MAX_RATE_GBPS = 100_000.0
 """100 Tbit/s: far above any link (NVLink 5 is 7.2 Tbit/s per GPU); catches a stray exponent
@@ -73,7 +73,7 @@ _DURATION_HINT = 'expected a duration with a unit, e.g. "500ns" or "1us"'
 
 def _quantity(parse: Callable[[str | int | float], int | float], hint: str, value: object,
               *, unit_required: bool) -> int | float:
-    """Run a :mod:`phantora.units` parser; any failure becomes ``hint`` plus the parser's reason."""
+    """Run a :mod:`hwmodel.units` parser; any failure becomes ``hint`` plus the parser's reason."""
     accepted = (str,) if unit_required else (str, int, float)
     if isinstance(value, bool) or not isinstance(value, accepted):
         raise ValueError(hint)

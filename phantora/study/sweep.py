@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from phantora.errors import ScenarioError
+from hwmodel.errors import ScenarioError
 from phantora.scenario import Scenario, ScriptWorkload, parse_scenario
 from phantora.scenario.loader import load_scenario_data
 from phantora.scenario.messages import describe_errors, scenario_error

@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
-from phantora.cluster.catalogue import lookup_gpu  # noqa: E402
+from hwmodel.catalogue import lookup_gpu  # noqa: E402
 from phantora.collectives import (CollectiveRequest, NcclConfig, SystemInfo,  # noqa: E402
                                   plan_collective)
 from phantora.engine.flow_scheduler import run_dag  # noqa: E402

@@ -29,8 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
 
+from hwmodel.calibration.host_references import ReferenceHost  # noqa: E402
 from intercept.host_time.host_benchmark import measure  # noqa: E402
-from phantora.calibration.host_references import ReferenceHost  # noqa: E402
 
 EVERY_S = 0.25
 """Seconds between rounds: a round costs ~5 ms of one CPU, 2% of it at this rate."""

@@ -70,7 +70,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
-from phantora.units import format_bytes, parse_bytes  # noqa: E402
+from hwmodel.units import format_bytes, parse_bytes  # noqa: E402
 from scripts import common  # noqa: E402
 from scripts.common import SAFETY_ENV  # noqa: E402
 from scripts.measure.measure_steps import machine_gpus, machine_name  # noqa: E402

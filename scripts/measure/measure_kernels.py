@@ -21,7 +21,7 @@ Usages (run from the repository root):
  5. Print the headline numbers of a stored table, write its cleaned copy, and compare its
     times with another GPU's:
       python3 scripts/measure/measure_kernels.py --import-result scripts/measure/data/kernels/h100/results.csv \\
-          --export-clean phantora/calibration/data/kernels_h100.csv \\
+          --export-clean hwmodel/calibration/data/kernels_h100.csv \\
           --compare scripts/measure/data/kernels/h200/results.csv
 
 Output under ``--out DIR``: ``results.csv`` (one row per case, appended and flushed as each case
@@ -77,8 +77,8 @@ import torch.nn.functional as F  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
+from hwmodel.compute.spec import RNN_GATES, rnn_flops  # noqa: E402
 from intercept.dispatch.cudnn_rnn import CUDNN_MODES  # noqa: E402
-from phantora.compute.spec import RNN_GATES, rnn_flops  # noqa: E402
 
 SECTIONS = ("matmul", "attention", "memory", "optimizer", "conv", "vision", "triton", "grouped",
             "rnn")

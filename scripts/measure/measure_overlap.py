@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
-from phantora.units import format_bytes, parse_bytes  # noqa: E402
+from hwmodel.units import format_bytes, parse_bytes  # noqa: E402
 from scripts import common  # noqa: E402
 from scripts.common import SAFETY_ENV  # noqa: E402
 from scripts.measure.measure_collectives import (  # noqa: E402
@@ -91,7 +91,7 @@ class KernelSpec:
     name: str
     kind: str
     aten: str
-    """The aten op the engine sees for it (what phantora.compute.ops classifies)."""
+    """The aten op the engine sees for it (what hwmodel.compute.ops classifies)."""
     shape: tuple[int, ...]
     """GEMM: (m, n, k); add: (elements,); layer_norm: (rows, cols)."""
 

@@ -384,7 +384,7 @@ def failure_line(message: str, width: int = 160) -> str:
 
 def simulate(case: Case, out_root: Path, console: Console) -> Outcome:
     """Run the simulator on the case's scenario (in this process, as the CLI does)."""
-    from phantora.errors import PhantoraError
+    from hwmodel.errors import PhantoraError
     from phantora.run import run_scenario
     from phantora.scenario import parse_scenario
 

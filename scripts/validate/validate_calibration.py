@@ -117,7 +117,7 @@ CHECKS = (
 
 def build(calibration: Calibration, folder: Path) -> Path:
     """Write the calibration to ``folder/<name>.json``, as ``phantora-ns3 calibrate`` does."""
-    from phantora.cluster.catalogue import lookup_gpu
+    from hwmodel.catalogue import lookup_gpu
     from phantora.profiles.calibrate import calibrate
 
     path = folder / f"{calibration.name}.json"

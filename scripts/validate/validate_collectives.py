@@ -47,14 +47,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
-from phantora.cluster.catalogue import lookup_gpu  # noqa: E402
+from hwmodel.catalogue import lookup_gpu  # noqa: E402
+from hwmodel.units import format_bytes  # noqa: E402
 from phantora.cluster.topology import HostSpec, single_host  # noqa: E402
 from phantora.collectives import (CollectiveRequest, NcclConfig, SystemInfo,  # noqa: E402
                                   plan_collective)
 from phantora.engine.flow_scheduler import run_dag  # noqa: E402
 from phantora.network.composite import CompositeBackend  # noqa: E402
 from phantora.network.flow import FluidBackend  # noqa: E402
-from phantora.units import format_bytes  # noqa: E402
 from scripts import common  # noqa: E402
 from scripts.common import REPO, SHARED_DATA  # noqa: E402
 

@@ -1,7 +1,7 @@
 """How well the compute model predicts kernel times it was not given: a table of errors.
 
 Three checks, per op family (matmul, attention, memory-bound/optimizer), on the packaged
-tables (``phantora/calibration/data``):
+tables (``hwmodel/calibration/data``):
 
 * ``interpolated``: the random off-grid shapes measured as holdouts (``"holdout": true``),
   predicted from a table that leaves them out (attention: only the backend stock PyTorch
@@ -26,11 +26,11 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
-from phantora.cluster.catalogue import CATALOGUE, GpuSpec  # noqa: E402
-from phantora.compute.fitted import EfficiencyCurves  # noqa: E402
-from phantora.compute.model import ComputeModel, table_path  # noqa: E402
-from phantora.compute.spec import KernelSpec  # noqa: E402
-from phantora.compute.table import (BACKEND_OF_DEFAULT_SDPA, KernelTable,  # noqa: E402
+from hwmodel.catalogue import CATALOGUE, GpuSpec  # noqa: E402
+from hwmodel.compute.fitted import EfficiencyCurves  # noqa: E402
+from hwmodel.compute.model import ComputeModel, table_path  # noqa: E402
+from hwmodel.compute.spec import KernelSpec  # noqa: E402
+from hwmodel.compute.table import (BACKEND_OF_DEFAULT_SDPA, KernelTable,  # noqa: E402
                                     MeasuredRow, attention_flops, matmul_flops)
 from scripts import common  # noqa: E402
 

@@ -23,10 +23,10 @@ import pytest
 import yaml
 from rich.console import Console
 
-from phantora.cluster.catalogue import CATALOGUE
-from phantora.compute.fitted import EfficiencyCurves
-from phantora.compute.model import ComputeModel, table_path
-from phantora.compute.table import KernelTable
+from hwmodel.catalogue import CATALOGUE
+from hwmodel.compute.fitted import EfficiencyCurves
+from hwmodel.compute.model import ComputeModel, table_path
+from hwmodel.compute.table import KernelTable
 from phantora.cpu_affinity import usable_cpus
 from phantora.scenario import parse_scenario
 from scripts.measure import measure_steps

@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from hwmodel.compute.spec import KernelSpec
 from intercept.host_time.host_cost import load_table
-from phantora.compute.spec import KernelSpec
 
 REPO = Path(__file__).resolve().parents[2]
 LAUNCH_OVERHEAD_NS = 5_000
@@ -34,7 +34,7 @@ _BOOTSTRAP = """
 import json, sys
 sys.path.insert(0, {repo!r})
 from intercept.dispatch import device
-from phantora.cluster.catalogue import lookup_gpu
+from hwmodel.catalogue import lookup_gpu
 from tests.intercept.device_harness import StandInRuntime
 device.prepare(lookup_gpu({gpu!r}), {device_count})
 runtime = StandInRuntime()

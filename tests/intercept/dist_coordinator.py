@@ -8,11 +8,11 @@ import threading
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection
 
+from hwmodel.catalogue import lookup_gpu
+from hwmodel.compute import CostSource, KernelCost, KernelSpec
 from intercept.host_time.clock import VirtualClock
 from intercept.process.client import CoordinatorClient
 from intercept.runtime import RankRuntime
-from phantora.cluster.catalogue import lookup_gpu
-from phantora.compute import CostSource, KernelCost, KernelSpec
 from wire.messages import Batch, Op, Reply
 
 KERNEL_NS = 10_000

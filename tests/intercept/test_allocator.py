@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from hwmodel.catalogue import lookup_gpu
 from intercept.memory.allocator import (
     CUDA_CONTEXT_BYTES,
     LARGE_SEGMENT_BYTES,
@@ -19,7 +20,6 @@ from intercept.memory.allocator import (
     segment_size,
 )
 from phantora.cli import main
-from phantora.cluster.catalogue import lookup_gpu
 from tests.intercept.device_harness import run_snippet
 
 KiB, MiB, GiB = 2**10, 2**20, 2**30

@@ -12,7 +12,7 @@ from tests.intercept.device_harness import run_snippet
 EXTENSIONS = """
 import subprocess
 import torch.utils.cpp_extension as cpp_extension
-from phantora.errors import SimulationError
+from hwmodel.errors import SimulationError
 
 nvcc = cpp_extension.CUDA_HOME + "/bin/nvcc"
 version = subprocess.run([nvcc, "-V"], capture_output=True, text=True)

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from phantora.compute.spec import Family, KernelSpec, rnn_flops
+from hwmodel.compute.spec import Family, KernelSpec, rnn_flops
 from tests.intercept.device_harness import run_snippet
 
 SNIPPET = """

@@ -4,9 +4,9 @@ from typing import Any
 
 import pytest
 
+from hwmodel.compute.spec import MEMCPY_DTOH, MEMCPY_HTOD
 from intercept.host_time.host_cost import EMBEDDING_BACKWARD_SMALL, INDEX_PUT_ACCUMULATE, SORT_SMALL
 from intercept.values.plausible import FLOAT_VALUE, INT_VALUE
-from phantora.compute.spec import MEMCPY_DTOH, MEMCPY_HTOD
 from tests.intercept.device_harness import run_snippet
 
 TRAINING_STEP = """

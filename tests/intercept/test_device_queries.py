@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from phantora.cluster.catalogue import lookup_gpu
+from hwmodel.catalogue import lookup_gpu
 from tests.intercept.device_harness import KERNEL_NS, LAUNCH_OVERHEAD_NS, run_snippet
 
 QUERIES = """
@@ -124,8 +124,8 @@ result["copies_rebound"] = torch.cuda.random.current_device is torch.cuda.curren
 result["torch_version"] = [torch.__version__.split("+")[0], patches.TORCH_VERSION_CHECKED]
 
 # entry points: prepare is idempotent for the same devices, the mode is entered once
-from phantora.cluster.catalogue import lookup_gpu
-from phantora.errors import SimulationError
+from hwmodel.catalogue import lookup_gpu
+from hwmodel.errors import SimulationError
 device.prepare(lookup_gpu("h100"), 4)
 refusals = []
 for attempt in (lambda: device.prepare(lookup_gpu("a100-80g"), 4),

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from hwmodel.errors import MissingDependencyError, SimulationError
 from intercept.process import shim
-from phantora.errors import MissingDependencyError, SimulationError
 
 
 @pytest.fixture

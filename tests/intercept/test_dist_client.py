@@ -162,7 +162,7 @@ def test_a_forked_child_may_not_use_the_rank_connection() -> None:
 
 
 def test_ops_and_collectives_charge_the_host_cost_table() -> None:
-    from phantora.compute import KernelSpec
+    from hwmodel.compute import KernelSpec
     from tests.intercept.dist_coordinator import make_runtime
 
     runtime, _ = make_runtime(op_cost_ns=0)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from hwmodel.catalogue import lookup_gpu
 from launch.launcher import Launcher, LogTail
 from launch.program import Program
-from phantora.cluster.catalogue import lookup_gpu
 from wire.control import RankExit
 from wire.messages import Batch, Collective, Reply
 
@@ -193,7 +193,7 @@ def test_the_fork_server_and_ranks_die_with_the_coordinator(tmp_path: Path) -> N
         [sys.executable, "-c", textwrap.dedent(f"""
             import os, sys, time
             from launch.launcher import Launcher
-            from phantora.cluster.catalogue import lookup_gpu
+            from hwmodel.catalogue import lookup_gpu
             launcher = Launcher({str(script)!r}, [], {{}}, 2, 2, lookup_gpu("h100"),
                                 {str(tmp_path)!r}, fake_device=False)
             launcher.start()
@@ -275,7 +275,7 @@ def test_ctrl_c_in_the_coordinator_stops_and_reaps_everything(tmp_path: Path) ->
             import time
             signal.signal(signal.SIGINT, signal.default_int_handler)
             from launch.launcher import Launcher
-            from phantora.cluster.catalogue import lookup_gpu
+            from hwmodel.catalogue import lookup_gpu
             with Launcher({str(script)!r}, [], {{}}, 2, 2, lookup_gpu("h100"),
                           {str(tmp_path)!r}, fake_device=False) as launcher:
                 print(launcher._server.pid, *launcher.pids.values(), flush=True)

@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
+from hwmodel.calibration import host_references
+from hwmodel.calibration.host_references import NATIVE, ReferenceHost, SpeedRatio, parse_references
 from intercept.host_time import clock as clock_module
 from intercept.host_time import host_benchmark
 from intercept.host_time.clock import VirtualClock
 from intercept.host_time.host_benchmark import COMPONENTS
 from intercept.host_time.host_speed import HostSpeed, host_speed_for
-from phantora.calibration import host_references
-from phantora.calibration.host_references import NATIVE, ReferenceHost, SpeedRatio, parse_references
 
 
 def document(**changes: Any) -> dict[str, Any]:

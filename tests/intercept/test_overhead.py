@@ -26,7 +26,7 @@ sys.path.insert(0, {repo!r})
 from multiprocessing import Pipe
 from intercept.dispatch import device
 from intercept.process import shim
-from phantora.cluster.catalogue import lookup_gpu
+from hwmodel.catalogue import lookup_gpu
 device.prepare(lookup_gpu("h100"), 1)
 from intercept.host_time.clock import VirtualClock
 from intercept.process.client import CoordinatorClient

@@ -6,7 +6,7 @@ sending, so expected times can be computed by hand.
 
 import heapq
 
-from phantora.errors import BackendError
+from hwmodel.errors import BackendError
 from phantora.network.base import FlowDone, FlowId, GpuId, NetworkStats
 
 

@@ -4,10 +4,10 @@ the rows give, and a real disagreement names the pairs and their numbers."""
 
 import pytest
 
+from hwmodel.errors import DeadlockError
 from phantora.collectives import CollectiveOp
 from phantora.collectives.p2p import pair_bytes
 from phantora.engine.matching import Matcher, PendingCollective
-from phantora.errors import DeadlockError
 from wire.messages import Collective
 from wire.ops import IssuedOp
 

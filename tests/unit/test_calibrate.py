@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from phantora.calibration.gpu import KERNEL_GAP_NS
+from hwmodel.calibration.gpu import KERNEL_GAP_NS
+from hwmodel.catalogue import CATALOGUE
+from hwmodel.compute.calibrated import Calibration
+from hwmodel.compute.model import ComputeModel, CostSource
+from hwmodel.compute.spec import KernelSpec
+from hwmodel.errors import CalibrationError, ProfileError, ScenarioError
 from phantora.cli import main
-from phantora.cluster.catalogue import CATALOGUE
-from phantora.compute.calibrated import Calibration
-from phantora.compute.model import ComputeModel, CostSource
-from phantora.compute.spec import KernelSpec
-from phantora.errors import CalibrationError, ProfileError, ScenarioError
 from phantora.profiles.calibrate import calibrate
 from phantora.profiles.kineto import read_trace
 from phantora.scenario import parse_scenario

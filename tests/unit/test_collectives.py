@@ -4,7 +4,7 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from phantora.cluster.catalogue import lookup_gpu
+from hwmodel.catalogue import lookup_gpu
 from phantora.cluster.topology import HostSpec, rail_optimized, single_host
 from phantora.collectives import (
     Algorithm,

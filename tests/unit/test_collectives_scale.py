@@ -4,7 +4,7 @@ from collections import Counter
 
 import pytest
 
-from phantora.cluster.catalogue import lookup_gpu
+from hwmodel.catalogue import lookup_gpu
 from phantora.cluster.topology import HostSpec, Topology, rail_optimized
 from phantora.collectives import (
     Calibration,

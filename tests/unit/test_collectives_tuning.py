@@ -2,7 +2,7 @@
 
 import pytest
 
-from phantora.cluster.catalogue import lookup_gpu
+from hwmodel.catalogue import lookup_gpu
 from phantora.collectives import (
     Algorithm,
     Calibration,

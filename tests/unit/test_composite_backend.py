@@ -8,8 +8,8 @@ import random
 
 import pytest
 
+from hwmodel.errors import BackendError
 from phantora.cluster.topology import HostSpec, Topology, leaf_spine, single_host
-from phantora.errors import BackendError
 from phantora.network.composite import CompositeBackend
 from phantora.network.flow import FluidBackend
 

@@ -6,14 +6,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from phantora.calibration.gpu import HOST_LINK_GBS
-from phantora.cluster.catalogue import lookup_gpu
-from phantora.compute import ComputeModel, CostSource, Coverage, KernelSpec
-from phantora.compute.inductor import generated_kernel
-from phantora.compute.model import HOST_COPY_LATENCY_NS, table_path
-from phantora.compute.ops import base_name, is_memory_bound
-from phantora.compute.spec import MEMCPY_HTOD, STRIDED, Family, rnn_flops
-from phantora.compute.table import TRITON_ROWS, Estimate, KernelTable, MeasuredRow
+from hwmodel.calibration.gpu import HOST_LINK_GBS
+from hwmodel.catalogue import lookup_gpu
+from hwmodel.compute import ComputeModel, CostSource, Coverage, KernelSpec
+from hwmodel.compute.inductor import generated_kernel
+from hwmodel.compute.model import HOST_COPY_LATENCY_NS, table_path
+from hwmodel.compute.ops import base_name, is_memory_bound
+from hwmodel.compute.spec import MEMCPY_HTOD, STRIDED, Family, rnn_flops
+from hwmodel.compute.table import TRITON_ROWS, Estimate, KernelTable, MeasuredRow
 
 H100 = lookup_gpu("h100")
 H200 = lookup_gpu("h200")
@@ -316,7 +316,7 @@ def test_generated_kernels_are_costed_by_their_kind_from_the_triton_rows(
         h100: ComputeModel, numel: int, rnumel: int, dtype: str, name: str,
         costed_as: str) -> None:
     """A kernel Inductor generates is named by its iteration space, and every kind has measured
-    Triton rows (``phantora.compute.inductor``, the rank side plans only which ops it fuses)."""
+    Triton rows (``hwmodel.compute.inductor``, the rank side plans only which ops it fuses)."""
     spec = generated_kernel(2**24, numel, rnumel, dtype)
     assert (spec.name, spec.dtype, spec.flops, spec.bytes) == (name, costed_as, 0, 2**24)
     assert base_name(spec.name) in TRITON_ROWS.values()

@@ -10,13 +10,13 @@ from typing import Literal
 
 import pytest
 
+from hwmodel.compute.inductor import generated_name
+from hwmodel.errors import ProfileError
 from phantora.cli import main
-from phantora.compute.inductor import generated_name
 from phantora.diff.compare import (PROFILER_NS_PER_EVENT, CollectiveStats, ProfilerCost,
                                    StepMetrics, compare, measure_step, profiler_cost,
                                    with_transfers)
 from phantora.diff.simulated import read_run
-from phantora.errors import ProfileError
 from phantora.profiles.activity import Activity, op_bucket, real_activities
 from phantora.profiles.families import kernel_family
 from phantora.profiles.kineto import read_trace

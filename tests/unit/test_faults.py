@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from phantora.cluster.catalogue import lookup_gpu
+from hwmodel.catalogue import lookup_gpu
+from hwmodel.errors import ScenarioError, SimulationError
 from phantora.cluster.topology import LinkKind
 from phantora.collectives import FlowSpec, NcclConfig, SystemInfo
 from phantora.engine.live import LiveEngine
 from phantora.engine.rank_classes import RankClasses
-from phantora.errors import ScenarioError, SimulationError
 from phantora.network.base import LinkFailure
 from phantora.network.flow import FluidBackend
 from phantora.report.faults import FAILURE_COUNTERS, fault_lines, fault_rows

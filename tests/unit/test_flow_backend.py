@@ -10,8 +10,8 @@ import random
 import numpy as np
 import pytest
 
+from hwmodel.errors import BackendError
 from phantora.cluster.topology import HostSpec, Topology, leaf_spine, single_host
-from phantora.errors import BackendError
 from phantora.network.base import NetworkBackend
 from phantora.network.flow import FluidBackend, MaxMinSolver
 from phantora.network.flow.routing import route

@@ -2,9 +2,9 @@
 
 import pytest
 
+from hwmodel.errors import SimulationError
 from phantora.collectives.dag import FlowDag
 from phantora.engine.flow_scheduler import run_dag
-from phantora.errors import SimulationError
 from tests.unit.fixed_rate import FixedRateBackend
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from hwmodel.calibration.tables import HOST_FIT
 from intercept.host_time.host_fit import fit_from_json, load_fit
-from phantora.calibration.tables import HOST_FIT
 
 from scripts.measure import fit_host_time
 

@@ -1,4 +1,4 @@
-"""Host profiles (``phantora.calibration.host_profile``): the file's round trip, clear errors on
+"""Host profiles (``hwmodel.calibration.host_profile``): the file's round trip, clear errors on
 a bad one, and the host-cost table and Python weights a profile makes
 (``intercept.host_time.host_profile_costs``)."""
 
@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from hwmodel.calibration.host_profile import (HostProfile, HostProfileError, bundled,
+                                               load_profile, resolve_host)
+from hwmodel.calibration.host_references import references
 from intercept.host_time.host_cost import load_table
 from intercept.host_time.host_profile_costs import (load_host_profile, table_for_profile,
                                                     weights_for_profile)
 from intercept.host_time.python_work import weights_for
-from phantora.calibration.host_profile import (HostProfile, HostProfileError, bundled,
-                                               load_profile, resolve_host)
-from phantora.calibration.host_references import references
 
 REFERENCE = "h100-host"
 
@@ -134,7 +134,7 @@ def test_host_profile_without_a_gpu_measures_python_and_says_the_rest_is_the_ref
 
 
 def test_a_scenario_names_its_host_profile_and_refuses_a_bad_one(tmp_path: Path) -> None:
-    from phantora.errors import ScenarioError
+    from hwmodel.errors import ScenarioError
     from phantora.scenario import load_scenario
 
     def scenario(host: str, speed: float = 1.0) -> Path:

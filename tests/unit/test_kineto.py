@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from phantora.errors import ProfileError
+from hwmodel.errors import ProfileError
 from phantora.profiles.kineto import PROFILER_STEPS, OpCall, collective_op, read_trace
 from tests.unit.kineto_traces import TraceBuilder
 

@@ -2,7 +2,7 @@
 tensors under the PyTorch profiler (``record_shapes=True``, as ``scripts/measure/
 profile_run.py`` records), a GPU kernel is placed inside each call of the exported trace, and the
 Kineto reader with :mod:`phantora.profiles.launch_keys` must give the
-:class:`~phantora.compute.spec.KernelSpec` that ``intercept.dispatch.op_costs.kernel_spec``
+:class:`~hwmodel.compute.spec.KernelSpec` that ``intercept.dispatch.op_costs.kernel_spec``
 gives for the same call: op, FLOPs, bytes, dtype, dims, variant."""
 
 import json
@@ -13,9 +13,9 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from hwmodel.compute.ops import base_name
+from hwmodel.compute.spec import Family, KernelSpec
 from intercept.dispatch.op_costs import kernel_spec
-from phantora.compute.ops import base_name
-from phantora.compute.spec import Family, KernelSpec
 from phantora.profiles.kineto import OpCall, read_trace
 from phantora.profiles.launch_keys import dispatched_call, launch_spec
 

@@ -1,11 +1,10 @@
 """The package layering rules of the README's "Layout" section hold (import-linter reads them
-from ``pyproject.toml``): packages import one way, each only the layers below it (cli, run,
-study, diff, record, report, engine, scenario, launch, collectives, network, profiles, compute,
-cluster, calibration; then units, errors, cpu_affinity, wire); the calibration values import nothing heavy; the
-network backends import no PyTorch; the coordinator never imports the live-rank side
-(``intercept``), which imports no ns-3 and of ``phantora`` only the shared models; ``launch``
-imports nothing heavy and no more of ``phantora``; the rank<->engine wire no PyTorch, no ns-3
-and neither side. And ``intercept`` keeps one subpackage per model, few modules at its top."""
+from ``pyproject.toml``): the coordinator (``phantora``) and the live-rank side (``intercept``)
+never import each other and both stand on ``launch``, the shared models (``hwmodel``) and the
+rank<->engine ``wire``, which import neither side; inside ``phantora`` and ``hwmodel`` each layer
+imports only the layers below it; the measured values import nothing heavy, the shared models
+and the network backends no PyTorch, the rank side no ns-3; ``launch`` nothing heavy; the wire no
+PyTorch and no ns-3. And ``intercept`` keeps one subpackage per model, few modules at its top."""
 import ast
 import os
 import shutil
@@ -20,12 +19,13 @@ ROOT = Path(__file__).resolve().parents[2]
 CONTRACTS = [contract["name"] for contract in tomllib.loads(
     (ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]]
 
-SHARED_MODELS = ("phantora.errors", "phantora.calibration", "phantora.cluster.catalogue",
-                 "phantora.compute")
-"""What of ``phantora`` both sides may import: pure models that import neither side."""
-RANK_SIDE_ALLOWED = {"intercept": SHARED_MODELS,
-                     "launch": ("phantora.errors", "phantora.calibration",
-                                "phantora.cluster.catalogue")}
+SIDES = ("phantora", "intercept")
+"""The coordinator and the rank side: neither imports the other."""
+SHARED = ("hwmodel", "launch", "wire")
+"""What both sides may import: top-level packages that import neither side."""
+ALLOWED = {"phantora": SHARED, "intercept": SHARED, "launch": ("hwmodel", "wire"),
+           "hwmodel": (), "wire": ()}
+"""An allow-list: the other top-level packages of this project each may import."""
 INTERCEPT_TOP_MODULES_MAX = 8
 """Modules directly in ``intercept/`` (an ``__init__.py`` only if it has code)."""
 
@@ -60,25 +60,19 @@ def test_a_broken_contract_fails(tmp_path: Path) -> None:
     assert code != 0 and "reversed BROKEN" in output, output
 
 
-def _within(module: str, packages: tuple[str, ...]) -> bool:
-    return any(module == p or module.startswith(p + ".") for p in packages)
-
-
-def test_the_rank_side_imports_of_phantora_only_the_shared_models() -> None:
-    """An allow-list (the forbidden contracts in pyproject.toml name what exists today): every
-    module of ``phantora`` that ``intercept`` or ``launch`` imports, directly or through each
-    other, is one of the shared models, and those import neither side."""
-    graph = grimp.build_graph("phantora", "intercept", "launch", "wire", cache_dir=None)
-    for package, allowed in RANK_SIDE_ALLOWED.items():
-        reached = {imported for module in graph.find_descendants(package) | {package}
-                   for imported in graph.find_upstream_modules(module)
-                   if imported.split(".")[0] == "phantora"}
-        assert reached, package
-        assert not {m for m in reached if not _within(m, allowed)}, package
-    for module in graph.find_descendants("phantora"):
-        if _within(module, SHARED_MODELS):
-            assert not {m for m in graph.find_upstream_modules(module)
-                        if m.split(".")[0] in ("intercept", "launch")}, module
+def test_each_side_imports_only_the_shared_packages() -> None:
+    """An allow-list (the contracts in pyproject.toml say the same): every module of this
+    project that one top-level package imports, directly or through others, is its own or one
+    of the packages it may import; so the two sides never import each other."""
+    graph = grimp.build_graph(*ALLOWED, cache_dir=None)
+    for package, allowed in ALLOWED.items():
+        reached = {imported.split(".")[0] for module in graph.find_descendants(package) | {package}
+                   for imported in graph.find_upstream_modules(module)}
+        assert reached - {package} <= set(allowed), package
+    for side in SIDES:
+        reached = {imported.split(".")[0] for module in graph.find_descendants(side) | {side}
+                   for imported in graph.find_upstream_modules(module)}
+        assert "hwmodel" in reached, side
 
 
 def _has_code(path: Path) -> bool:

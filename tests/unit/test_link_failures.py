@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 import pytest
 
+from hwmodel.errors import BackendError
 from phantora.cluster.topology import HostSpec, Topology, leaf_spine, rail_optimized
-from phantora.errors import BackendError
 from phantora.network.base import LinkFailure, NetworkBackend
 from phantora.network.flow import FluidBackend
 from phantora.network.flow.routing import ecmp_key

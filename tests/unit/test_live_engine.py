@@ -16,12 +16,12 @@ from multiprocessing.connection import Connection
 
 import pytest
 
-from phantora.cluster.catalogue import lookup_gpu
+from hwmodel.catalogue import lookup_gpu
+from hwmodel.errors import DeadlockError, RankCrashed, SimulationError
 from phantora.cluster.topology import HostSpec, Topology, single_host
 from phantora.collectives import NcclConfig, SystemInfo
 from phantora.engine.live import LiveEngine
 from phantora.engine.results import LiveResult
-from phantora.errors import DeadlockError, RankCrashed, SimulationError
 from phantora.network.base import NetworkBackend
 from phantora.network.flow import FluidBackend
 from tests.unit.fixed_rate import FixedRateBackend
@@ -368,6 +368,40 @@ def test_two_runs_give_identical_results_whatever_the_message_timing(
                for seed in (1, 2, 3)]
     assert results[0].flows and results[0].kernels and results[0].collective_spans
     assert results[0] == results[1] == results[2]
+
+
+def _overlap_scripts(late: int) -> list[Script]:
+    """Rank 0 reaches an all-reduce and launches kernels beside it; rank 1 reaches it later
+    in virtual time. ``late`` names the rank whose messages come 0.3 s late in wall time: with
+    rank 1 late, rank 0's kernels arrive before anyone knows when the all-reduce moves data."""
+    def rank0(r: ScriptedRank) -> None:
+        for _ in range(2):  # the second all-reduce is expected to last as long as the first
+            r.collective("all_reduce", [0, 1], 1 << 22)
+            for _ in range(16):
+                r.cpu(2_000)
+                r.kernel(3_000, stream=0)
+            if late == 0:
+                time.sleep(0.3)
+            r.sync("device")
+
+    def rank1(r: ScriptedRank) -> None:
+        for _ in range(2):
+            r.cpu(20_000)
+            r.collective("all_reduce", [0, 1], 1 << 22)
+            if late == 1:
+                time.sleep(0.3)
+            r.sync("device")
+    return [rank0, rank1]
+
+
+def test_kernels_beside_a_collective_do_not_depend_on_which_rank_reports_first() -> None:
+    """The overlap model reads what the simulation knows at a kernel's start, not what had
+    arrived when its op came in (it once placed rank 0's kernels against the all-reduce's
+    reach by rank 1 only when rank 1's message happened to come first)."""
+    results = [run(_overlap_scripts(late), fluid(2), record_flows=True).result
+               for late in (0, 1)]
+    assert results[0].ranks[0].overlap_extra_ns > 0, "the kernels must overlap the all-reduce"
+    assert results[0] == results[1]
 
 
 def test_a_rank_that_breaks_its_clock_promise_is_rejected_before_anything_runs() -> None:

@@ -2,9 +2,9 @@
 
 import pytest
 
+from hwmodel.errors import SimulationError
 from phantora.collectives.dag import FlowDag
 from phantora.engine.flow_scheduler import FOREVER_NS, DagDone, FlowScheduler
-from phantora.errors import SimulationError
 from phantora.network.flow import FluidBackend
 from tests.unit.fixed_rate import FixedRateBackend
 from tests.unit.test_live_engine import make_topology

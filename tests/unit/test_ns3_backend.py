@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from hwmodel.errors import BackendError, MissingDependencyError
 from phantora.cluster.topology import HostSpec, Link, LinkKind, Topology, rail_optimized
-from phantora.errors import BackendError, MissingDependencyError
 from phantora.network.base import FlowDone
 from phantora.network.ns3 import Ns3Backend
 from phantora.network.ns3.config import TCP_IP_HEADER_BYTES, Ns3Config

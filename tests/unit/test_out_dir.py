@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from hwmodel.errors import ScenarioError
 from phantora.cli import main
-from phantora.errors import ScenarioError
 from phantora.report.out_dir import clear_run, clear_sweep
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"

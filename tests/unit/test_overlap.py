@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from phantora.compute.spec import MEMCPY_HTOD
+from hwmodel.compute.spec import MEMCPY_HTOD
 from phantora.engine.overlap import (
     MEASURED_OVERLAP,
     OverlapModel,

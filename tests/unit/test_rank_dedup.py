@@ -10,12 +10,12 @@ from multiprocessing import Pipe
 
 import pytest
 
-from phantora.cluster.catalogue import lookup_gpu
+from hwmodel.catalogue import lookup_gpu
+from hwmodel.errors import RegroupRanks
 from phantora.collectives import NcclConfig, SystemInfo
 from phantora.engine.live import LiveEngine
 from phantora.engine.rank_classes import RankClasses
 from phantora.engine.results import LiveResult
-from phantora.errors import RegroupRanks
 from phantora.network.flow import FluidBackend
 from tests.unit.test_live_engine import ScriptedRank, make_topology
 

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from phantora.cluster.catalogue import lookup_gpu
+from hwmodel.catalogue import lookup_gpu
+from hwmodel.errors import RankCrashed
 from phantora.collectives import NcclConfig, SystemInfo
 from phantora.engine.live import LiveEngine
 from phantora.engine.rank_classes import RankClasses
 from phantora.engine.results import LiveResult
-from phantora.errors import RankCrashed
 from phantora.network.base import NetworkBackend
 from phantora.record.graph import VERSION, Recording, RecordingError, load_recording
 from phantora.record.recorder import tap, write_recording

@@ -11,6 +11,7 @@ import math
 
 import pytest
 
+from hwmodel.errors import BackendError
 from phantora.cluster.topology import (
     HostSpec,
     LinkKind,
@@ -19,7 +20,6 @@ from phantora.cluster.topology import (
     leaf_spine,
     rail_optimized,
 )
-from phantora.errors import BackendError
 from phantora.network.ns3.roce import ETHERNET_FRAMING_BYTES, ROCE_HEADER_BYTES
 from phantora.network.roce_presets import PRESETS, RoceSettings, preset
 

@@ -9,8 +9,8 @@ from typing import Any, get_args
 import pytest
 from pydantic import BaseModel
 
-from phantora.cluster.catalogue import CATALOGUE
-from phantora.errors import ScenarioError
+from hwmodel.catalogue import CATALOGUE
+from hwmodel.errors import ScenarioError
 from phantora.scenario import DTYPE_BYTES, load_scenario, parse_scenario
 from phantora.scenario.messages import did_you_mean
 from phantora.scenario.model import Dtype

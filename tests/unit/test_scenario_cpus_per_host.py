@@ -1,11 +1,11 @@
 """``cluster.cpus_per_host``: the simulated host's logical CPUs, by default the GPU's reference
-server per GPU times ``gpus_per_host`` (``phantora/cluster/catalogue.py``)."""
+server per GPU times ``gpus_per_host`` (``hwmodel/catalogue.py``)."""
 
 from typing import Any
 
 import pytest
 
-from phantora.errors import ScenarioError
+from hwmodel.errors import ScenarioError
 from phantora.scenario import parse_scenario
 
 SOURCE = "scenarios/x.yaml"

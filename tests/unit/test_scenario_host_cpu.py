@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from phantora.errors import ScenarioError
+from hwmodel.errors import ScenarioError
 from phantora.scenario import parse_scenario
 
 SOURCE = "scenarios/x.yaml"

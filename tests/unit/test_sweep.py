@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from phantora.errors import ScenarioError
+from hwmodel.errors import ScenarioError
 from phantora.study.sweep import load_sweep
 
 SCRIPT = """

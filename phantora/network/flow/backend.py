@@ -33,8 +33,8 @@ from collections import deque
 from collections.abc import Sequence
 from math import ceil
 
+from hwmodel.errors import BackendError
 from phantora.cluster.topology import Topology
-from phantora.errors import BackendError
 from phantora.network.base import FlowDone, FlowId, GpuId, LinkFailure, NetworkStats
 from phantora.network.failures import check_failures
 from phantora.network.flow.maxmin import MaxMinSolver

@@ -12,8 +12,8 @@ from typing import Literal, get_args
 import numpy as np
 import numpy.typing as npt
 
+from hwmodel.errors import BackendError
 from phantora.cluster.topology import Topology
-from phantora.errors import BackendError
 from phantora.network.base import GpuId
 
 Scope = Literal["intra", "inter", "all"]

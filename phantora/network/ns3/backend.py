@@ -6,7 +6,7 @@ DCTCP (:mod:`phantora.network.ns3.tcp`) or an RDMA queue pair over a lossless Ro
 (:mod:`phantora.network.ns3.roce`). This module keeps the backend contract, the stepping and
 the counters common to both. Intra-host flows are refused: NVLink traffic belongs to another
 model. A RoCE fabric that drops a packet or stays paused past its watchdog raises
-:class:`~phantora.errors.BackendError` at once, naming the switch and ports.
+:class:`~hwmodel.errors.BackendError` at once, naming the switch and ports.
 
 Link failures (the ``failures`` argument, checked by
 :func:`~phantora.network.failures.check_failures` before ns-3 sees them) are ns-3 events at
@@ -24,8 +24,8 @@ import weakref
 from collections.abc import Sequence
 from typing import Any, Self
 
+from hwmodel.errors import BackendError
 from phantora.cluster.topology import Topology
-from phantora.errors import BackendError
 from phantora.network.base import FlowDone, FlowId, GpuId, LinkFailure, NetworkStats
 from phantora.network.failures import check_failures
 from phantora.network.ns3 import loader

@@ -10,8 +10,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from hwmodel.errors import BackendError
 from phantora.cluster.topology import LinkKind, NodeKind, Topology
-from phantora.errors import BackendError
 from phantora.network.ns3.config import Ns3Config
 
 

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from ns3_models import HEADER_DIR
-from phantora.errors import MissingDependencyError
+from hwmodel.errors import MissingDependencyError
 
 NS3_VERSION = "3.44"
 NS3_MODULES = ("core", "network", "traffic-control", "internet", "point-to-point")

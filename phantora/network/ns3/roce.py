@@ -20,8 +20,8 @@ import math
 from types import SimpleNamespace
 from typing import Any
 
+from hwmodel.errors import BackendError
 from phantora.cluster.topology import LinkKind, Topology
-from phantora.errors import BackendError
 from phantora.network.ns3.config import Ns3Config
 from phantora.network.ns3.fabric import Fabric, build_fabric
 from phantora.network.roce_presets import RoceSettings, preset

@@ -14,8 +14,8 @@ the link then die at the down interface and TCP retransmits them (``retransmissi
 from types import SimpleNamespace
 from typing import Any
 
+from hwmodel.errors import BackendError
 from phantora.cluster.topology import Topology
-from phantora.errors import BackendError
 from phantora.network.ns3.config import Ns3Config
 from phantora.network.ns3.fabric import (
     Fabric,

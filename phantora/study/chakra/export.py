@@ -28,8 +28,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from hwmodel.errors import MissingDependencyError
 from phantora.engine.mirrors import Mirror
-from phantora.errors import MissingDependencyError
 from phantora.record.graph import GPU_OPS, Recording, record_op
 from wire.ops import P2P_OPS, IssuedOp
 

@@ -10,7 +10,7 @@ them.
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from phantora.calibration.source import UNKNOWN, Measured, Source
+from hwmodel.calibration.source import UNKNOWN, Measured, Source
 
 _H200X2 = dict(file="scripts/data/collectives/h200x2/results.csv", date="2026-11-22",
                gpu="2x NVIDIA H200 (a two-GPU cloud VM, NV18, NVLS off)",

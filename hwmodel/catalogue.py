@@ -5,7 +5,7 @@ Every number cites where it comes from. NVLink figures are per GPU and per direc
 
 from dataclasses import dataclass
 
-from phantora.errors import CatalogueError
+from hwmodel.errors import CatalogueError
 
 
 @dataclass(frozen=True, slots=True)

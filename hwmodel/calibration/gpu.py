@@ -1,12 +1,12 @@
 """Measured GPU-time effects: the gap between back-to-back kernels, pageable host-to-GPU
 copies, and how much a collective in flight and a kernel slow each other.
 
-Used by ``phantora.engine.streams`` (the gap), ``phantora.compute.model`` (host copies) and
+Used by ``phantora.engine.streams`` (the gap), ``hwmodel.compute.model`` (host copies) and
 ``phantora.engine.overlap`` (the slowdown curves; what the rule does with them and what it
 misses: ``docs/models/compute.md``).
 """
 
-from phantora.calibration.source import NO_NCCL, Measured, Source
+from hwmodel.calibration.source import NO_NCCL, Measured, Source
 
 _OPS_H100 = dict(date="2026-11-22", gpu="NVIDIA H100 80GB HBM3 (a one-GPU cloud VM)",
                  nccl=NO_NCCL, torch="2.11.0+cu130")

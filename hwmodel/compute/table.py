@@ -34,9 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from phantora.compute import inductor
-from phantora.compute.ops import SAME_KERNEL_AS, base_name
-from phantora.compute.spec import GROUPED_CONV, Family, KernelSpec
+from hwmodel.compute import inductor
+from hwmodel.compute.ops import SAME_KERNEL_AS, base_name
+from hwmodel.compute.spec import GROUPED_CONV, Family, KernelSpec
 
 REACH_OCTAVES = 1.0
 """How far (log2 of the work) a table without extrapolation estimates beyond its rows."""
@@ -146,7 +146,7 @@ class MeasuredRow:
     @classmethod
     def parse(cls, row: Mapping[str, Any]) -> "MeasuredRow":
         """A row of a table: a CSV row's strings (``shape`` as JSON text), or the typed values
-        of a calibration file's row (``shape`` an object, ``phantora.compute.calibrated``)."""
+        of a calibration file's row (``shape`` an object, ``hwmodel.compute.calibrated``)."""
         shape = row["shape"] if isinstance(row["shape"], dict) else json.loads(row["shape"])
         dims: tuple[int, ...] = ()
         variant = ""

@@ -27,15 +27,15 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from phantora.calibration.gpu import HOST_LINK_GBS
-from phantora.calibration.tables import KERNEL_TABLES
-from phantora.cluster.catalogue import CATALOGUE, GpuSpec, lookup_gpu
-from phantora.compute.calibrated import Calibration
-from phantora.compute import inductor
-from phantora.compute.fitted import EfficiencyCurves
-from phantora.compute.ops import is_memory_bound
-from phantora.compute.spec import Family, KernelSpec
-from phantora.compute.table import KernelTable, attention_flops
+from hwmodel.calibration.gpu import HOST_LINK_GBS
+from hwmodel.calibration.tables import KERNEL_TABLES
+from hwmodel.catalogue import CATALOGUE, GpuSpec, lookup_gpu
+from hwmodel.compute.calibrated import Calibration
+from hwmodel.compute import inductor
+from hwmodel.compute.fitted import EfficiencyCurves
+from hwmodel.compute.ops import is_memory_bound
+from hwmodel.compute.spec import Family, KernelSpec
+from hwmodel.compute.table import KernelTable, attention_flops
 
 REFERENCE_GPU = "h100"
 """Whose table fits the curves for GPUs measured nowhere (same generation as most targets)."""
@@ -43,7 +43,7 @@ REFERENCE_GPU = "h100"
 HOST_COPY_LATENCY_NS = 10_000
 """A ``cudaMemcpy`` from pageable host memory (what ``tensor.to("cuda")`` of an ordinary CPU
 tensor does) costs this per copy (assumed) plus its bytes at the measured
-``phantora.calibration.gpu.HOST_LINK_GBS``. Pinned memory would run ~3-7x faster; the model does
+``hwmodel.calibration.gpu.HOST_LINK_GBS``. Pinned memory would run ~3-7x faster; the model does
 not tell them apart yet."""
 
 

@@ -6,8 +6,8 @@ a roofline with efficiency curves fitted from those tables for everything else
 says which it used, and :mod:`.coverage` sums that up for ``summary.json``.
 """
 
-from phantora.compute.coverage import Coverage
-from phantora.compute.model import ComputeModel, CostSource, KernelCost
-from phantora.compute.spec import KernelSpec
+from hwmodel.compute.coverage import Coverage
+from hwmodel.compute.model import ComputeModel, CostSource, KernelCost
+from hwmodel.compute.spec import KernelSpec
 
 __all__ = ["ComputeModel", "CostSource", "Coverage", "KernelCost", "KernelSpec"]

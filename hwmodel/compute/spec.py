@@ -1,15 +1,15 @@
 """What the compute model knows about one kernel launch: plain numbers, no tensors.
 
 The rank side (``intercept.dispatch.op_costs``) fills a :class:`KernelSpec` from the op's arguments;
-the compute model (:class:`phantora.compute.model.ComputeModel`) turns it into a duration. Keeping
+the compute model (:class:`hwmodel.compute.model.ComputeModel`) turns it into a duration. Keeping
 it to hashable numbers lets the model cache durations per distinct launch, and keeps
-``phantora.compute`` free of PyTorch.
+``hwmodel.compute`` free of PyTorch.
 """
 
 from dataclasses import dataclass
 from enum import Enum
 
-from phantora.compute.ops import base_name
+from hwmodel.compute.ops import base_name
 
 MATMUL_OPS: frozenset[str] = frozenset({"mm", "addmm", "bmm", "baddbmm"})
 """Matrix products whose shape is ``(batch, m, n, k)`` (batch 1 for 2-D products)."""

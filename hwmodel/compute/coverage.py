@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from phantora.cluster.catalogue import GpuSpec
-from phantora.compute.model import CostSource
+from hwmodel.catalogue import GpuSpec
+from hwmodel.compute.model import CostSource
 
 FALLBACK_SOURCES = frozenset({CostSource.FITTED, CostSource.UNKNOWN,
                               CostSource.CALIBRATED_ROOFLINE})

@@ -1,9 +1,9 @@
 """Every measured value phantora simulates with, each with its source: one calibration home.
 
 The rule: a number that was *measured* (on a GPU, a host, or read off a published measurement)
-lives in this package as a :class:`~phantora.calibration.source.Measured` value, or, for a large
-table, as a :class:`~phantora.calibration.source.Table` naming a file of ``data/``; either
-carries a :class:`~phantora.calibration.source.Source`: the raw data it comes from (under
+lives in this package as a :class:`~hwmodel.calibration.source.Measured` value, or, for a large
+table, as a :class:`~hwmodel.calibration.source.Table` naming a file of ``data/``; either
+carries a :class:`~hwmodel.calibration.source.Source`: the raw data it comes from (under
 ``scripts/data/`` or ``docs/``), the date, the GPU, and the NCCL and torch versions, with
 ``unknown`` where the measurement does not say. The models that *use* the values (the overlap
 rule in ``phantora.engine.overlap``, the stream scheduler, the collective planner, the compute
@@ -17,5 +17,5 @@ are assumed rather than measured stay beside the model that assumes them, marked
 * :mod:`.tables` - the measured tables in ``data/``: kernel times per GPU, the reference host's
   per-op host costs (kernel launches and collective calls included) and host-CPU speeds.
 
-Imports nothing of phantora's: every layer may read it.
+Imports nothing outside this package: every layer of either side may read it.
 """

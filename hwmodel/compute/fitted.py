@@ -8,7 +8,7 @@ size reach::
                    bytes / (hbm_bandwidth * eff_memory(bytes)))
 
 ``peak_flops`` is the GPU's ``tensor_tflops``: its datasheet peak, or less where its board power
-cap cannot feed that rate (``phantora.cluster.catalogue.TFLOPS_PER_WATT_4N``).
+cap cannot feed that rate (``hwmodel.catalogue.TFLOPS_PER_WATT_4N``).
 
 Each ``eff`` is the median achieved/peak of the table's rows per power-of-two bin of work,
 linearly interpolated in log2(work) and flat beyond the measured range. It carries what a
@@ -30,10 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from phantora.cluster.catalogue import GpuSpec
-from phantora.compute.ops import base_name
-from phantora.compute.spec import RNN_GATES, KernelSpec
-from phantora.compute.table import KernelTable, attention_flops, matmul_flops
+from hwmodel.catalogue import GpuSpec
+from hwmodel.compute.ops import base_name
+from hwmodel.compute.spec import RNN_GATES, KernelSpec
+from hwmodel.compute.table import KernelTable, attention_flops, matmul_flops
 
 
 MEMORY_SECTIONS = frozenset({"memory", "optimizer"})

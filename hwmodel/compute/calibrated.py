@@ -5,8 +5,8 @@ the format is in ``docs/calibrate.md``).
 One JSON document: ``format`` and ``version``, the catalogue ``gpu`` the traces ran on and the
 ``device_name`` they report, the ``traces`` it was built from (what each contributed), the
 fitted ``roofline`` (:meth:`EfficiencyCurves.to_dict`) and the ``kernels``: one object per row
-in the columns of ``phantora/calibration/data/kernels_<gpu>.csv`` (``shape`` an object), so
-:class:`~phantora.compute.table.KernelTable` reads them as it reads a measured table. Built by
+in the columns of ``hwmodel/calibration/data/kernels_<gpu>.csv`` (``shape`` an object), so
+:class:`~hwmodel.compute.table.KernelTable` reads them as it reads a measured table. Built by
 ``phantora.profiles.calibrate``; read where kernels are costed (the ranks' compute model) and
 where a scenario naming it is checked.
 """
@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from phantora.cluster.catalogue import CATALOGUE
-from phantora.compute.fitted import EfficiencyCurves
-from phantora.compute.table import KernelTable, MeasuredRow
-from phantora.errors import CalibrationError
+from hwmodel.catalogue import CATALOGUE
+from hwmodel.compute.fitted import EfficiencyCurves
+from hwmodel.compute.table import KernelTable, MeasuredRow
+from hwmodel.errors import CalibrationError
 
 FORMAT = "phantora-kernel-calibration"
 VERSION = 1
@@ -27,7 +27,7 @@ VERSION = 1
 COLUMNS: tuple[str, ...] = ("gpu", "section", "op", "dtype", "cache", "shape", "flops", "bytes",
                             "time_us", "time_min_us", "time_max_us", "tflops", "gbs", "repeats",
                             "calls", "sets", "aten_ops")
-"""A row's keys: the columns of the measured tables (``phantora/calibration/data/README.md``)."""
+"""A row's keys: the columns of the measured tables (``hwmodel/calibration/data/README.md``)."""
 
 
 @dataclass(frozen=True)
