@@ -46,15 +46,21 @@ def sdpa_cuda(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
 
 def _sdpa_backend(query: torch.Tensor, attn_mask: torch.Tensor | None) -> SDPBackend:
     """The backend of :func:`sdpa_cuda`: flash and cuDNN take half precision without a mask
-    (head size up to 256 and 128), memory-efficient any 4-D input, math anything. Raises as
-    torch does when the enabled backends take none."""
+    (head size up to 256 and 128), memory-efficient any 4-D input whose mask needs no gradient,
+    math anything. A mask that needs one (T5's learned position bias) took the math path on an
+    H100 (torch 2.11: the 12 self-attention calls of T5-small's step, where its 6
+    cross-attention calls, whose bias is a constant, took a fused kernel; the profile in
+    ``scripts/data/traces/h100x1/h100x1_hf-t5/``). Raises as torch does when the enabled
+    backends take none."""
     backends = torch.backends.cuda
     four_d, head = query.dim() == 4, query.size(-1)
     half = query.dtype in (torch.float16, torch.bfloat16)
+    mask_fits = attn_mask is None or not attn_mask.requires_grad
     takes = {
         SDPBackend.FLASH_ATTENTION: backends.flash_sdp_enabled() and four_d and half
         and attn_mask is None and head <= 256,
-        SDPBackend.EFFICIENT_ATTENTION: backends.mem_efficient_sdp_enabled() and four_d,
+        SDPBackend.EFFICIENT_ATTENTION: backends.mem_efficient_sdp_enabled() and four_d
+        and mask_fits,
         SDPBackend.CUDNN_ATTENTION: backends.cudnn_sdp_enabled() and four_d and half
         and attn_mask is None and head <= 128,
         SDPBackend.MATH: backends.math_sdp_enabled(),

@@ -49,6 +49,13 @@ loss = s.sum()
 result["silu_backward"] = kernels_of("loss.backward()")
 result["silu_grad"] = [list(h.grad.shape), str(h.grad.dtype)]
 
+q = torch.randn(2, 4, 64, 32, device="cuda", dtype=torch.bfloat16)
+bias = torch.randn(1, 4, 64, 64, device="cuda", dtype=torch.bfloat16)
+result["sdpa_learned_mask"] = kernels_of(
+    "torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=bias.requires_grad_())")
+result["sdpa_constant_mask"] = kernels_of(
+    "torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=bias.detach())")
+
 result["cases"] = {name: dispatched(case) for name, case in CASES.items()}
 """
 
@@ -115,6 +122,16 @@ def test_dispatch_matches_the_cuda_build(case: str, fake: dict[str, Any],
     is the one a CUDA build dispatches (recorded on an H100, torch 2.11), attention aside."""
     assert (_compared(case, fake["cases"][case])
             == _compared(case, reference[case]["dispatched"]))
+
+
+def test_sdpa_takes_the_math_path_for_a_mask_that_needs_a_gradient(fake: dict[str, Any]) -> None:
+    """T5's learned position bias: an H100 ran the math path (bmm, softmax, bmm), as the profile
+    of ``scripts/data/traces/h100x1/h100x1_hf-t5/`` shows; a constant mask goes to a fused
+    kernel."""
+    math = fake["sdpa_learned_mask"]
+    assert {"aten::bmm", "aten::_safe_softmax"} <= set(math), math
+    assert not any("efficient" in op for op in math)
+    assert fake["sdpa_constant_mask"] == ["aten::_scaled_dot_product_efficient_attention"]
 
 
 @pytest.mark.xfail(strict=True, reason="sdpa_choice.sdpa_cuda picks flash attention; torch 2.11 "
