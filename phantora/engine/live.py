@@ -551,10 +551,13 @@ class LiveEngine:
                 break
             limit_ns = min(horizon_ns, FOREVER_NS if device_ns is None else device_ns) - 1
             finished = scheduler.step(limit_ns)
-            if finished is None:  # nothing happened up to the limit
-                if limit_ns >= FOREVER_NS - 1:
-                    raise SimulationError("the network backend stalled: flows are pending but "
-                                          "none ever completes")
+            if finished is None:  # nothing happens in the network up to the limit
+                if device_ns is None or device_ns >= horizon_ns:
+                    if horizon_ns >= FOREVER_NS:
+                        raise SimulationError("the network backend stalled: flows are pending "
+                                              "but none ever completes")
+                    break
+                clock.wake_next()  # the devices' instant comes first
                 continue
             clock.settled = scheduler.now_ns + 1
             for done in finished:

@@ -12,7 +12,9 @@ misses: ``docs/models/compute.md``.
   measured kernels, flat beyond), one curve for compute-bound kernels (FLOPs counted: matrix
   products, attention) and one for memory-bound ones; host copies (copy engines) are not slowed.
 * :class:`CommWindows` (applied by ``phantora.engine.streams``): a kernel's start and end are
-  fixed when it reaches the head of its stream, from what the engine knows then. A collective is
+  fixed when it reaches the head of its stream, from what the simulation knows at its start
+  (the live engine applies every GPU's work in time order with the network: a kernel sees the
+  collectives reached, started and ended by then, and no later fact). A collective is
   in flight on a GPU from when its stream reaches it (waiting for late peers included) until its
   end; the kernel runs at ``1 / factor`` of its alone speed while any collective is in flight.
   A collective whose end is not known yet is expected to move data for as long as its latest
@@ -20,15 +22,16 @@ misses: ``docs/models/compute.md``.
   when there was none; one its stream has not reached because it waits for an earlier
   collective counts from when the stream should reach it (``RankDevice.expected_windows``).
 * :func:`collective_end_ns`: NCCL's blocks get SMs once the kernels running at the collective's
-  start have ended, then progress at ``1 / factor`` beside each kernel (the 256 MiB curves); the
-  collective ends when its most slowed member does.
+  start have ended, then progress at ``1 / factor`` beside each kernel (the 256 MiB curves) that
+  started by the time the network model finished it; the collective ends when its most slowed
+  member does.
 
-Whether a kernel's end is fixed before or after a collective's end is known depends on how far
-the other ranks have run, so runs are not bit-identical where collectives overlap kernels:
-within 0.03% in reproducible mode (2xH200 DDP Llama-1B); with counted host time 0.06% between two
-runs of the tiny DDP scenario (``h100x2-gpt-ddp``: 112.594 and 112.663 ms simulated) and 0.016%
-over four of DDP GPT-2 124M b16 on 2xH200 (287-307 kernels slowed a rank), the counted host work
-identical.
+Both rules read only what the simulation knows at an instant, never what had arrived or
+completed when an op came in (which hangs on how far the other ranks and the network had run in
+wall time), so two runs of a scenario give the same numbers, bit for bit. The cost: a
+collective still in flight at a kernel's start is always expected from its latest occurrence,
+never its actual end, and a kernel that starts in a collective's stretched tail does not slow it
+further.
 """
 
 import itertools

@@ -431,10 +431,8 @@ class SimulationSpec(_Section):
 
     reproducible: bool = False
     """Charge a fixed CPU cost per intercepted op instead of measuring the script's CPU time,
-    and start every rank's wall clock at a fixed epoch: two runs give the same numbers,
-    bit-identical except where collectives overlap kernels (the overlap model's view of a
-    collective depends on how far the other ranks have run: within 0.03% on 2xH200 DDP
-    Llama-1B, see ``phantora.engine.overlap``)."""
+    and start every rank's wall clock at a fixed epoch: two runs give the same numbers, bit
+    for bit (so do two runs with counted host time)."""
     cpu_time_per_op: Duration = DEFAULT_CPU_TIME_PER_OP_NS
     """Reproducible mode's CPU cost of one intercepted op (the script's Python and PyTorch
     overhead around it), on top of the kernel launch overhead; default 10us."""

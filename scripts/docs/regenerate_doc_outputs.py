@@ -7,10 +7,11 @@ A doc shows a run's output between two markers, a block the script rewrites whol
     <!-- /output NAME -->
 
 or is itself an output (a study's CSV). Each output names the run it comes from (a
-``phantora-ns3`` command; a scenario and its seed give the same simulated numbers every time)
-and how its text is drawn from the run's files. Each run runs once; --check compares instead of
-writing and exits 1 naming every output that differs. Wall times, which no run repeats, are
-left out of the comparison (a CSV's ``wall_s``); the docs' prose gives them as measured.
+``phantora-ns3`` command; a scenario and its seed give the same simulated numbers every time,
+bit for bit) and how its text is drawn from the run's files. Each run runs once; --check
+compares instead of writing and exits 1 naming every output that differs, by a single
+character. Wall times, which no run repeats, are left out of the comparison (a CSV's
+``wall_s``); the docs' prose gives them as measured.
 ``tests/integration/test_doc_outputs.py`` runs the same comparison in CI (45 s on a quiet 2-core
 machine, about 2 minutes on a loaded one).
 
@@ -26,7 +27,6 @@ import csv
 import io
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -42,12 +42,6 @@ from scripts.common import parser  # noqa: E402
 
 WALL_COLUMNS = ("wall_s",)
 """CSV columns that time this machine, not the simulated one: not compared."""
-ABS_TOLERANCE = 1e-3
-REL_TOLERANCE = 1e-4
-"""How far a shown number may be from a fresh run's (beyond its last shown digit): 1 us of a
-millisecond figure, or 0.01%. A replay splits its step between compute, waiting and host-bound
-a few hundred ns differently from run to run (the overlap model sees how far the other ranks
-have got: ``simulation.reproducible``'s docstring); every other figure repeats exactly."""
 
 
 @dataclass(frozen=True)
@@ -92,11 +86,10 @@ class Output:
 
     def agrees(self, shown: str, fresh: str) -> bool:
         """``shown`` is what a run gives, ``fresh``, but for what no run repeats: a CSV's wall
-        times, and each number's last shown digit or :data:`ABS_TOLERANCE` /
-        :data:`REL_TOLERANCE` of it."""
+        times. Every simulated number repeats exactly (``docs/outputs.md``), so no tolerance."""
         if self.doc.endswith(".csv"):
             shown, fresh = (_without_columns(text, WALL_COLUMNS) for text in (shown, fresh))
-        return _same_but_for_rounding(shown, fresh)
+        return shown == fresh
 
 
 def _markers(name: str) -> tuple[str, str]:
@@ -113,23 +106,6 @@ def _block(text: str, name: str, doc: str) -> tuple[tuple[int, int], str]:
         raise SystemExit(f"{doc}: no block {name!r}: mark it with {begin.strip()} ... {end}")
     start += len(begin)
     return (start, stop), text[start:stop]
-
-
-_NUMBER = re.compile(r"-?\d+(?:\.(\d+))?(?:e[-+]?\d+)?")
-
-
-def _same_but_for_rounding(shown: str, fresh: str) -> bool:
-    """The same text, and the same numbers to within one unit of the last digit shown,
-    :data:`ABS_TOLERANCE` or :data:`REL_TOLERANCE`, whichever is largest."""
-    if _NUMBER.sub("#", shown) != _NUMBER.sub("#", fresh):
-        return False
-    for old, new in zip(_NUMBER.finditer(shown), _NUMBER.finditer(fresh)):
-        unit = 10.0 ** -len(old.group(1) or "") if "e" not in old.group() else 0.0
-        a, b = float(old.group()), float(new.group())
-        # a float's last bit aside: 0.761 - 0.760 is 0.0010000000000000009
-        if abs(a - b) > max(unit, ABS_TOLERANCE, REL_TOLERANCE * abs(b)) * (1 + 1e-9):
-            return False
-    return True
 
 
 def _without_columns(text: str, columns: tuple[str, ...]) -> str:

@@ -76,6 +76,9 @@ class Ns3Backend:
         self._log: Any = self._transport.log
         self._stepper: Any = lib.phantora.SimulationStepper
         self._stepper.Start()
+        self._events = int(self._ns3.Simulator.GetEventCount())
+        """ns-3 events processed, less the stepping's own Stop events (how often the engine
+        stops the fabric depends on how far the ranks' messages have got, not the model)."""
         self._next_flow_id: FlowId = 0
         self._pending = 0
         self._bytes = 0
@@ -132,7 +135,7 @@ class Ns3Backend:
             raise BackendError(f"advance_to: t_ns={t_ns!r}; expected an integer in "
                                f"[now_ns()={now}, {_MAX_TIME_NS}]")
         start = time.process_time()
-        self._stepper.RunUntil(t_ns, self._log)
+        self._events += int(self._stepper.RunUntil(t_ns, self._log))
         self._run_cpu_s += time.process_time() - start
         if self._stepper.Aborted():
             raise BackendError(f"the {self._config.transport} fabric failed at "
@@ -160,7 +163,7 @@ class Ns3Backend:
             bytes=self._bytes,
             extra={
                 "transport": self._config.transport,
-                "events": int(self._ns3.Simulator.GetEventCount()),
+                "events": self._events,
                 **transport.extra(),
                 **(transport.failure_extra() if self._failures else {}),
                 "completed_flows": self._next_flow_id - self._pending,
