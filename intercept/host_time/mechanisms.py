@@ -38,7 +38,9 @@ named as ``intercept.host_time.host_cost``'s table names them:
   (mostly the module call path's calls), each counted once with ``sys.settrace`` as the shim
   counts (every line started; every function entered, generator resumes included), then timed
   untraced; the two weights solve ``ns = line_ns * lines + call_ns * calls`` for the two. The
-  counts are this Python's and torch's, which the simulator's may count differently.
+  counts are this Python's and torch's, which the simulator's may count differently. Where noise
+  tips the solve to a weight at or below zero, the reference's ratio of the two is kept and only
+  its scale fitted to both cases.
 
 Without CUDA only ``script_call_ns`` and the Python weights are measured; stderr names what was
 skipped and why, as it does for a mechanism that fails (its keys are then absent).
@@ -69,6 +71,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from intercept.host_time import host_benchmark
+from intercept.host_time.python_work import load_weights
 
 ROUNDS = 7
 """Timed rounds per case (``--rounds``)."""
@@ -200,8 +203,15 @@ def python_weights(timer: Timer) -> dict[str, Any]:
         rows.append((lines, calls, ns))
     (l1, c1, t1), (l2, c2, t2) = rows
     det = l1 * c2 - l2 * c1
-    return {"python_line_ns": round((t1 * c2 - t2 * c1) / det, 2),
-            "python_call_ns": round((l1 * t2 - l2 * t1) / det, 2)}
+    line_ns, call_ns = (t1 * c2 - t2 * c1) / det, (l1 * t2 - l2 * t1) / det
+    if line_ns <= 0 or call_ns <= 0:
+        # A noisy host can tip the two-case solve below zero: keep the reference's ratio of
+        # call to line and fit only its scale to both cases' time.
+        reference = load_weights()
+        ratio = reference.call_ns / reference.line_ns
+        line_ns = (t1 + t2) / (l1 + l2 + ratio * (c1 + c2))
+        call_ns = ratio * line_ns
+    return {"python_line_ns": round(line_ns, 2), "python_call_ns": round(call_ns, 2)}
 
 
 def _family_ops() -> dict[str, Callable[[], object]]:

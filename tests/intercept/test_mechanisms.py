@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from intercept.host_time.host_benchmark import COMPONENTS
 from intercept.host_time.mechanisms import MECHANISMS
 
@@ -48,3 +50,25 @@ def test_the_cpu_path_writes_the_probe_and_the_cpu_mechanisms(tmp_path: Path) ->
         assert set(row) == {"mechanism", "case", "us_median", "us_min", "rounds", "calls"}
         assert row["rounds"] == 2 and 0 < row["us_min"] <= row["us_median"]
         assert f"{row['mechanism']} {row['case']}: " in result.stderr
+
+
+class _NoisyTimer:
+    """Times the two Python cases so that their two-case solve gives a negative call weight."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def ns(self, *args: object, **kwargs: object) -> float:
+        self.calls += 1
+        return 1_000_000.0 if self.calls == 1 else 10.0
+
+
+def test_python_weights_stay_positive_when_noise_tips_the_solve() -> None:
+    from intercept.host_time.mechanisms import python_weights
+    from intercept.host_time.python_work import load_weights
+
+    weights = python_weights(_NoisyTimer())  # type: ignore[arg-type]
+    reference = load_weights()
+    assert weights["python_line_ns"] > 0 and weights["python_call_ns"] > 0
+    assert weights["python_call_ns"] / weights["python_line_ns"] == pytest.approx(
+        reference.call_ns / reference.line_ns, rel=0.01)
