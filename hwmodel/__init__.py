@@ -6,7 +6,7 @@ sides never need to import each other (``pyproject.toml``'s import contracts).
 
 * :mod:`.errors` - every error phantora raises on purpose, as one tree.
 * :mod:`.units` - parsing of sizes, rates and durations written with units.
-* :mod:`.calibration` - every measured value, each with its source, and the measured tables.
+* :mod:`.measured` - every measured value, each with its source, and the measured tables.
 * :mod:`.catalogue` - the GPU models a cluster can hold.
 * :mod:`.compute` - the kernel-time model: how long a GPU kernel runs on the scenario's GPU.
 

@@ -9,6 +9,6 @@
 * :mod:`.runtime` - the rank's composition root: the seam between the fake device and the
   distributed side
 
-Imports ``launch``, ``wire`` and of ``phantora`` only the shared models (errors, calibration,
+Imports ``launch``, ``wire`` and the shared models of ``hwmodel`` (errors, measured values,
 GPU catalogue, kernel-time model); the coordinator never imports this package.
 """

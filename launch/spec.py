@@ -12,7 +12,7 @@ from launch.value_policy import ValuePolicy
 @dataclass(frozen=True, slots=True)
 class HostChoice:
     """The simulated host: its profile (``cluster.host``: a bundled profile's name or a profile
-    file's absolute path, ``hwmodel.calibration.host_profile``) and its speed against it
+    file's absolute path, ``hwmodel.measured.host_profile``) and its speed against it
     (``cluster.host_speed``); ``profile`` ``None``: ``host_cpu``'s reference host, else the
     GPU's. ``cpus``: how many CPUs the host has."""
 

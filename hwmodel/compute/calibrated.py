@@ -5,7 +5,7 @@ the format is in ``docs/calibrate.md``).
 One JSON document: ``format`` and ``version``, the catalogue ``gpu`` the traces ran on and the
 ``device_name`` they report, the ``traces`` it was built from (what each contributed), the
 fitted ``roofline`` (:meth:`EfficiencyCurves.to_dict`) and the ``kernels``: one object per row
-in the columns of ``hwmodel/calibration/data/kernels_<gpu>.csv`` (``shape`` an object), so
+in the columns of ``hwmodel/measured/data/kernels_<gpu>.csv`` (``shape`` an object), so
 :class:`~hwmodel.compute.table.KernelTable` reads them as it reads a measured table. Built by
 ``phantora.profiles.calibrate``; read where kernels are costed (the ranks' compute model) and
 where a scenario naming it is checked.
@@ -27,7 +27,7 @@ VERSION = 1
 COLUMNS: tuple[str, ...] = ("gpu", "section", "op", "dtype", "cache", "shape", "flops", "bytes",
                             "time_us", "time_min_us", "time_max_us", "tflops", "gbs", "repeats",
                             "calls", "sets", "aten_ops")
-"""A row's keys: the columns of the measured tables (``hwmodel/calibration/data/README.md``)."""
+"""A row's keys: the columns of the measured tables (``hwmodel/measured/data/README.md``)."""
 
 
 @dataclass(frozen=True)

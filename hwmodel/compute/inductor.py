@@ -6,7 +6,7 @@ the rank side from the compiled ATen graph (``intercept.dispatch.inductor_plan``
 torch's FX graph and Inductor's lowering table). What such a kernel costs is decided here, without torch:
 its kind follows from its iteration space (:func:`generated_kernel`), and each kind is costed by
 bytes from the measured Triton rows of the kernel tables (``section`` triton of
-``hwmodel/calibration/data/``, read by :mod:`.table`).
+``hwmodel/measured/data/``, read by :mod:`.table`).
 """
 
 from hwmodel.compute.spec import KernelSpec

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from hwmodel.calibration.gpu import HOST_LINK_GBS
-from hwmodel.calibration.tables import KERNEL_TABLES
+from hwmodel.measured.gpu import HOST_LINK_GBS
+from hwmodel.measured.tables import KERNEL_TABLES
 from hwmodel.catalogue import CATALOGUE, GpuSpec, lookup_gpu
 from hwmodel.compute.calibrated import Calibration
 from hwmodel.compute import inductor
@@ -43,7 +43,7 @@ REFERENCE_GPU = "h100"
 HOST_COPY_LATENCY_NS = 10_000
 """A ``cudaMemcpy`` from pageable host memory (what ``tensor.to("cuda")`` of an ordinary CPU
 tensor does) costs this per copy (assumed) plus its bytes at the measured
-``hwmodel.calibration.gpu.HOST_LINK_GBS``. Pinned memory would run ~3-7x faster; the model does
+``hwmodel.measured.gpu.HOST_LINK_GBS``. Pinned memory would run ~3-7x faster; the model does
 not tell them apart yet."""
 
 

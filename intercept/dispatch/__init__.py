@@ -8,10 +8,10 @@ lists every patch point; the replacements live by job: :mod:`.cuda_devices`, :mo
 :mod:`.dispatch_modes`, :mod:`.sdpa_choice`, :mod:`.compile_backend`);
 :mod:`.fake_mode` records each op's kernels, described by :mod:`.op_costs` as
 ``hwmodel.compute.spec.KernelSpec`` records (their durations come from the kernel-time model,
-``hwmodel.compute``, fed by the measured tables in ``hwmodel/calibration/data/``);
+``hwmodel.compute``, fed by the measured tables in ``hwmodel/measured/data/``);
 :mod:`.compiled` launches, for ``torch.compile``, the kernels Inductor would generate, as
 :mod:`.inductor_plan` plans them;
 :mod:`.cuda_ops`, :mod:`.cudnn_rnn`, :mod:`.unknown_shapes`, :mod:`.cpp_extensions` cover ops a CPU
-build handles otherwise; :mod:`.dispatch_glue` calibrates the CPU time the clock deducts
+build handles otherwise; :mod:`.dispatch_glue` measures the CPU time the clock deducts
 (per-op dispatch glue, timed sections).
 """

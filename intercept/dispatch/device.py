@@ -38,9 +38,9 @@ if TYPE_CHECKING:
         def wait_event(self, stream: int, event: int) -> None: ...
 
 
-def prepare(gpu: GpuSpec, device_count: int, calibrate: bool = True) -> None:
+def prepare(gpu: GpuSpec, device_count: int, measure_deductions: bool = True) -> None:
     """Load the shim, import torch, install the patches (must run before torch is imported);
-    with ``calibrate``, the CPU-time deductions too (``dispatch_glue.calibrate_deductions``).
+    with ``measure_deductions``, the CPU-time deductions too (``dispatch_glue.measure_deductions``).
 
     What it makes lives as long as the process (and a fork server's ranks): no garbage
     collection meanwhile (each would traverse all torch made so far: ~1.3 s of CPU in all),
@@ -62,10 +62,10 @@ def prepare(gpu: GpuSpec, device_count: int, calibrate: bool = True) -> None:
         atexit.register(gc.unfreeze)
     finally:
         gc.enable()
-    if calibrate:
+    if measure_deductions:
         from intercept.dispatch import dispatch_glue
 
-        dispatch_glue.calibrate_deductions()
+        dispatch_glue.measure_deductions()
 
 
 def enter_fake_mode(runtime: "DeviceRuntime | None" = None,

@@ -1,6 +1,6 @@
 """The CPU time a rank deducts from its script's (``intercept.host_time.clock``): the per-op
-dispatch glue and the cost of timing a section, calibrated once per process by
-:func:`calibrate_deductions`."""
+dispatch glue and the cost of timing a section, measured once per process by
+:func:`measure_deductions`."""
 
 import contextlib
 from typing import Any, ContextManager
@@ -13,13 +13,13 @@ from intercept.dispatch.fake_mode import SimFakeMode
 from intercept.memory.device_memory import DeviceMemory
 from intercept.process import shim
 
-CALIBRATION_ROUNDS = 10
-CALIBRATION_OPS = 100
-""":func:`calibrate_dispatch_glue` times this many rounds of this many ops (~0.1 s of CPU)."""
+MEASURE_ROUNDS = 10
+MEASURE_OPS = 100
+""":func:`measure_dispatch_glue` times this many rounds of this many ops (~0.1 s of CPU)."""
 
 
 class _NullRuntime:
-    """Records nothing: the runtime of :func:`calibrate_dispatch_glue`'s private mode."""
+    """Records nothing: the runtime of :func:`measure_dispatch_glue`'s private mode."""
 
     counts_work = False
 
@@ -44,11 +44,11 @@ class _NullRuntime:
 
 
 def _plain_call(a: Any, b: Any) -> Any:
-    """What calibration compares an op dispatch with: a plain Python call of two arguments."""
+    """What the measurement compares an op dispatch with: a plain Python call of two arguments."""
     return a
 
 
-def calibrate_dispatch_glue(rounds: int = CALIBRATION_ROUNDS, ops: int = CALIBRATION_OPS) -> int:
+def measure_dispatch_glue(rounds: int = MEASURE_ROUNDS, ops: int = MEASURE_OPS) -> int:
     """CPU ns per op dispatch that no excluded section covers, beyond a plain Python call.
 
     Needs the shim's interpreter callbacks excluded (``shim.exclude_interpreter_callbacks``),
@@ -69,7 +69,7 @@ def calibrate_dispatch_glue(rounds: int = CALIBRATION_ROUNDS, ops: int = CALIBRA
     little less (``intercept.host_time.clock`` gives the measured spread).
     """
     if shim.deductions().dispatch_ns:
-        raise SimulationError("calibrate the dispatch glue while no dispatch deduction is in "
+        raise SimulationError("measure the dispatch glue while no dispatch deduction is in "
                               "force")
     counted_ns = shim.thread_counted_ns
     with SimFakeMode(_NullRuntime(), DeviceMemory(total_bytes=2**40, sm_arch=90)):
@@ -90,17 +90,17 @@ def calibrate_dispatch_glue(rounds: int = CALIBRATION_ROUNDS, ops: int = CALIBRA
     return max(0, min(per_round_ns) // ops)
 
 
-_calibrated = False
+_deductions_measured = False
 
 
-def calibrate_deductions() -> None:
+def measure_deductions() -> None:
     """Measure the shim's deductions for the CPU time no excluded section covers, once per
     process (a fork server's ranks inherit them); after ``intercept.dispatch.patches.install``.
     Only a script's measured CPU time (``simulation.host_time: measured``) needs them."""
-    global _calibrated
-    if _calibrated:
+    global _deductions_measured
+    if _deductions_measured:
         return
-    section_ns = shim.calibrate_section_deduction()
+    section_ns = shim.measure_section_deduction()
     shim.set_deductions(shim.Deductions(section_ns, 0))
-    shim.set_deductions(shim.Deductions(section_ns, calibrate_dispatch_glue()))
-    _calibrated = True
+    shim.set_deductions(shim.Deductions(section_ns, measure_dispatch_glue()))
+    _deductions_measured = True

@@ -34,7 +34,7 @@ The interceptor's own CPU time (fake execution, recording) runs inside
 ``runtime.excluded()``; calls into the runtime (kernel, sync) and into the process group
 (c10d and functional collectives) happen outside it, so the runtime never sees nesting.
 Around all of it, the shim excludes the whole call from torch's C++ into
-``__torch_dispatch__`` (and every ``prim.device`` query), and takes a calibrated deduction off
+``__torch_dispatch__`` (and every ``prim.device`` query), and takes a measured deduction off
 each op dispatch for the C++ glue outside that call (``intercept.dispatch.dispatch_glue``): what is
 left of an op in the rank's virtual time is about a plain Python call, plus the runtime's
 modelled launch overhead. Real CPU work run on the script's behalf stays the script's, and so

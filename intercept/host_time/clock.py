@@ -32,12 +32,12 @@ about what a plain Python call costs, plus the runtime's modelled launch overhea
   ops) is cut out of it again (``shim.script_time()``), and so is a tensor subclass's own
   dispatch (DTensor's sharding propagation and redistribution, ``shim.count_rest_of_dispatch``)
   that torch runs in the same call into Python after the fake mode deferred to it.
-* deducted, as calibrated once per process before ranks that measure CPU time fork
-  (``intercept.dispatch.dispatch_glue.calibrate_deductions``; ``shim.Deductions``): per outermost
+* deducted, as measured once per process before ranks that measure CPU time fork
+  (``intercept.dispatch.dispatch_glue.measure_deductions``; ``shim.Deductions``): per outermost
   section, what timing it costs outside it (two clock reads, ~0.25 us); per outermost op
   dispatch, the C++ glue around the call into Python (the binding's argument parsing, the
   dispatcher up to the Python key, the fallback's argument conversion): counted CPU per ``x.add_(y)`` minus per plain Python call of two arguments,
-  the smallest of 10 rounds of 100 (``dispatch_glue.calibrate_dispatch_glue``; 2.0-2.7 us on the
+  the smallest of 10 rounds of 100 (``dispatch_glue.measure_dispatch_glue``; 2.0-2.7 us on the
   2-core development machine). A deduction takes at most the CPU time its thread spent counted
   since the previous one of its kind, so it never takes another thread's time, nor more than
   was spent; readings stay monotonic (below).
@@ -76,7 +76,7 @@ from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
 from typing import Protocol
 
-from hwmodel.calibration.host_references import UNSCALED, SpeedRatio
+from hwmodel.measured.host_references import UNSCALED, SpeedRatio
 from intercept.process import shim
 from wire.messages import HostTimeSplit
 

@@ -28,7 +28,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from hwmodel.calibration.tables import COLLECTIVE_HOST
+from hwmodel.measured.tables import COLLECTIVE_HOST
 
 ROWS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "default")
 """The keys of ``hot_ns``: the collectives measured, and ``default`` for the others (send, recv,

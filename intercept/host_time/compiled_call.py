@@ -1,5 +1,5 @@
 """What ``torch.compile``d graphs cost the host beyond the eager tables and the Python the
-counter sees (``hwmodel/calibration/data/compiled_call.json``).
+counter sees (``hwmodel/measured/data/compiled_call.json``).
 
 A generated (Triton) kernel's launch from Inductor's wrapper (``generated_launch_ns``, in place
 of an eager op's, for a kernel that reads one buffer and writes one) costs the same in a forward
@@ -27,7 +27,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from hwmodel.calibration.tables import COMPILED_CALL
+from hwmodel.measured.tables import COMPILED_CALL
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ Two models, by what is known of the product:
   the routed tokens) the product costs ``new_reduction_ns``.
 
 A product is everything but the routed tokens: ``(op, dtype, layout, batch, n, k)``. The costs
-(``hwmodel/calibration/data/gemm_heuristic.json``) are fitted on profiled MoE training runs
+(``hwmodel/measured/data/gemm_heuristic.json``) are fitted on profiled MoE training runs
 and checked on others.
 
 A host (CPU) cost, not a kernel time: it lives with the other host-cost models
@@ -36,7 +36,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from hwmodel.calibration.tables import CUBLAS_KERNEL_MAPS, GEMM_HEURISTIC
+from hwmodel.measured.tables import CUBLAS_KERNEL_MAPS, GEMM_HEURISTIC
 
 GemmShape = tuple[str, str, str, int, int, int, int]
 """``(op, dtype, layout, batch, m, n, k)`` of one cuBLAS product (``KernelSpec`` fields)."""

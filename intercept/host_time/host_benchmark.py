@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from hwmodel.calibration.host_references import BENCHMARK_COMPONENTS, BENCHMARK_VERSION
+from hwmodel.measured.host_references import BENCHMARK_COMPONENTS, BENCHMARK_VERSION
 from intercept.process import shim
 
 ROUNDS = 5
@@ -156,7 +156,7 @@ COMPONENTS: Mapping[str, Component] = {
 }
 """The benchmark; sized for about 1 ms per component on a 2020s server core (5 ms a round).
 Its version (``BENCHMARK_VERSION``) and names (``BENCHMARK_COMPONENTS``) are the reference
-table's (``hwmodel.calibration.host_references``): change them together."""
+table's (``hwmodel.measured.host_references``): change them together."""
 assert tuple(COMPONENTS) == BENCHMARK_COMPONENTS, "the reference table names other components"
 
 

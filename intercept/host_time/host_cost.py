@@ -5,8 +5,8 @@ A rank's virtual host time has two parts (``intercept.host_time.clock``):
 
 * **table-charged**: per intercepted operation, what the reference host spends on it beyond the
   script's own Python call, from a table measured on H100 cloud VMs
-  (``scripts/measure/measure_host_costs.py``; ``hwmodel/calibration/data/host_costs.json`` with its
-  provenance, ``hwmodel.calibration.tables.HOST_COSTS``). It never depends on the machine that
+  (``scripts/measure/measure_host_costs.py``; ``hwmodel/measured/data/host_costs.json`` with its
+  provenance, ``hwmodel.measured.tables.HOST_COSTS``). It never depends on the machine that
   simulates, its load or the number of ranks on it.
 * **residual**: the script's own Python between intercepted operations, counted
   (:mod:`intercept.host_time.python_work`, the default) or measured here
@@ -42,8 +42,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from hwmodel.calibration.host_profile import FAMILIES, SYNC_CALLS, family_of
-from hwmodel.calibration.tables import HOST_COSTS
+from hwmodel.measured.host_profile import FAMILIES, SYNC_CALLS, family_of
+from hwmodel.measured.tables import HOST_COSTS
 from intercept.host_time.collective_host import CollectiveCallCost, load_collective_cost
 from intercept.host_time.compiled_call import load_compiled_call
 from intercept.host_time.gemm_heuristic import GemmHeuristic, load_gemm_heuristic
@@ -126,7 +126,7 @@ class HostCostTable:
         of)."""
         if reference == self.reference:
             return self
-        from hwmodel.calibration.host_references import references
+        from hwmodel.measured.host_references import references
 
         return self.scaled(references().op_factor(self.reference, reference), reference)
 

@@ -27,7 +27,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from hwmodel.calibration.tables import HOST_FIT
+from hwmodel.measured.tables import HOST_FIT
 
 
 @dataclass(frozen=True)

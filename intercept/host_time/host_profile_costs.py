@@ -1,5 +1,5 @@
 """A rank's host costs from its host profile (``cluster.host``, ``cluster.host_speed``;
-``hwmodel.calibration.host_profile``): the host-cost table and the Python weights it charges.
+``hwmodel.measured.host_profile``): the host-cost table and the Python weights it charges.
 
 A bundled profile is the shipped table of its reference host. A profile file replaces each
 mechanism it measured (op families, a collective call on one rank and what an async one costs
@@ -19,7 +19,7 @@ import statistics
 from dataclasses import replace
 from pathlib import Path
 
-from hwmodel.calibration.host_profile import HostProfile, resolve_host
+from hwmodel.measured.host_profile import HostProfile, resolve_host
 from intercept.host_time.host_cost import HostCostTable, load_table
 from intercept.host_time.python_work import StepWeights, WorkWeights, weights_for
 

@@ -2,7 +2,7 @@
 
 The script's counted CPU time (``intercept.host_time.clock``) is scaled by
 ``reference_ns / local_ns`` of the host-speed benchmark (``intercept.host_time.host_benchmark``):
-what the reference host (``hwmodel.calibration.host_references``) spent on it over what this
+what the reference host (``hwmodel.measured.host_references``) spent on it over what this
 machine spends on it now. A rank follows its own speed with :class:`HostSpeed`: single rounds, timed
 as the clock times the script.
 """
@@ -11,7 +11,7 @@ import statistics
 from collections import deque
 from collections.abc import Callable, Mapping
 
-from hwmodel.calibration.host_references import (NATIVE, ReferenceHost, SpeedRatio,
+from hwmodel.measured.host_references import (NATIVE, ReferenceHost, SpeedRatio,
                                                   host_cpu_choices, references)
 from intercept.host_time.host_benchmark import measure, measure_as_script
 from intercept.process import shim

@@ -27,7 +27,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from hwmodel.calibration.tables import HOST_SPREAD
+from hwmodel.measured.tables import HOST_SPREAD
 
 INTEGRATION_STEPS = 4000
 """Steps of the midpoint rule over [-8, 8] for the expected maximum (exact to 1e-6)."""

@@ -6,7 +6,7 @@ simulator's excluded sections (``intercept.process.shim.count_thread``, ``work_c
 script, the libraries it calls (``nn.Module``'s call path, hooks, the optimizer's loops), DTensor's
 dispatch. A real host runs the same lines, so the count does not depend on this machine, its load or
 how many ranks share it. :class:`CountedWork` turns it into the reference host's time with two
-weights measured there (``scripts/measure/measure_python_work.py``, ``hwmodel/calibration/data/
+weights measured there (``scripts/measure/measure_python_work.py``, ``hwmodel/measured/data/
 python_work.json``): ns per line and ns per call of module calls, hooks and optimizer loops run
 hot, times the cold-code factor fitted on real steps (``intercept.host_time.host_fit``), scaled to
 another reference host by the host-speed benchmark's ``calls`` component.
@@ -33,7 +33,7 @@ from functools import cache
 from pathlib import Path
 from types import CodeType
 
-from hwmodel.calibration.tables import PYTHON_WORK
+from hwmodel.measured.tables import PYTHON_WORK
 from intercept.host_time.host_fit import load_fit
 from intercept.process import shim
 
@@ -80,7 +80,7 @@ def weights_for(reference: str) -> StepWeights:
                          f"{WEIGHTS_REFERENCE}: re-fit with scripts/measure/fit_host_time.py")
     hot = load_weights()
     if reference != WEIGHTS_REFERENCE:
-        from hwmodel.calibration.host_references import references
+        from hwmodel.measured.host_references import references
 
         hosts = references().hosts
         if reference not in hosts:

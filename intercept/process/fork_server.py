@@ -59,7 +59,7 @@ class _ForkServer:
         # Imports torch: not before. Only measured host time needs the CPU-time deductions
         # (counted and reproducible host time measure no CPU time: rank_main).
         device.prepare(self.spec.gpu, self.spec.gpus_per_host,
-                       calibrate=not self.spec.counted and self.spec.op_cost_ns is None)
+                       measure_deductions=not self.spec.counted and self.spec.op_cost_ns is None)
         # FakeTensorMode() imports torch._dynamo on first use: ~1 s of CPU in every rank if
         # the ranks had to do it after the fork.
         import torch._dynamo  # noqa: F401

@@ -41,7 +41,7 @@ from intercept.process.client import CoordinatorClient
 from intercept.runtime import KernelCostModel, RankRuntime
 from launch.program import Program
 from launch.spec import LaunchSpec
-from hwmodel.calibration.host_references import reference_host
+from hwmodel.measured.host_references import reference_host
 from hwmodel.compute.model import KernelCost
 from hwmodel.compute.spec import KernelSpec
 

@@ -8,7 +8,7 @@ before the first ``import torch``.
 The shim also keeps the process's account of *excluded* CPU time, the simulator's own (see
 ``intercept.host_time.clock``): sections Python opens (:class:`NativeExclusion`), every call torch's
 C++ makes into Python (:func:`exclude_interpreter_callbacks`: ``__torch_dispatch__``,
-``prim.device`` queries of FakeTensors) and every call of the stream/event callback, plus calibrated
+``prim.device`` queries of FakeTensors) and every call of the stream/event callback, plus measured
 :class:`Deductions` for what no section covers. One account serves Python and C++, so sections
 nest correctly across the two.
 
@@ -58,9 +58,9 @@ class CallbackOp(IntEnum):
 CALLBACK_TYPE = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
 """``int64_t callback(int op, int64_t a, int64_t b)``; a negative result reports a failure."""
 
-SECTION_CALIBRATION_ROUNDS = 20
-SECTION_CALIBRATION_SECTIONS = 1000
-""":func:`calibrate_section_deduction` times this many rounds of this many sections (~10 ms)."""
+SECTION_MEASURE_ROUNDS = 20
+SECTION_MEASURE_SECTIONS = 1000
+""":func:`measure_section_deduction` times this many rounds of this many sections (~10 ms)."""
 
 _SET_REQUIRES_DEVICE_INIT = "_ZN5torch5utils24set_requires_device_initEN3c1010DeviceTypeEb"
 """``torch::utils::set_requires_device_init(c10::DeviceType, bool)``, mangled."""
@@ -216,7 +216,7 @@ def count_rest_of_dispatch() -> None:
 
 def thread_counted_ns() -> int:
     """The calling thread's CPU time that counts as the script's (excluded sections and
-    deductions taken off), in ns; for calibration and tests."""
+    deductions taken off), in ns; for measuring the deductions and for tests."""
     return int(_gil_library().fakecuda_thread_counted_ns())
 
 
@@ -265,7 +265,7 @@ def work_counts() -> WorkCounts:
 
 class Deductions(NamedTuple):
     """CPU time the shim takes off the script's between excluded sections (see fakecuda.cpp):
-    what no section can cover, as calibrated. Each is at most the CPU time the thread spent
+    what no section can cover, as measured. Each is at most the CPU time the thread spent
     counted since the previous deduction of its kind."""
 
     section_ns: int
@@ -288,13 +288,13 @@ def deductions() -> Deductions:
     return Deductions(out[0], out[1])
 
 
-def calibrate_section_deduction(rounds: int = SECTION_CALIBRATION_ROUNDS,
-                                sections: int = SECTION_CALIBRATION_SECTIONS) -> int:
+def measure_section_deduction(rounds: int = SECTION_MEASURE_ROUNDS,
+                              sections: int = SECTION_MEASURE_SECTIONS) -> int:
     """CPU ns an empty excluded section costs the calling thread outside it: the smallest
     per-section mean over ``rounds`` of ``sections`` (contention only ever adds). Needs no
     section deduction in force."""
     if deductions().section_ns:
-        raise SimulationError("calibrate the section deduction while none is in force")
+        raise SimulationError("measure the section deduction while none is in force")
     count = _gil_library().fakecuda_count_empty_sections
     return max(0, min(count(sections) for _ in range(rounds)) // sections)
 

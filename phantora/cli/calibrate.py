@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from hwmodel.calibration.host_profile import HostProfile, bundled_names
+from hwmodel.measured.host_profile import HostProfile, bundled_names
 from hwmodel.catalogue import CATALOGUE, lookup_gpu
 from hwmodel.compute.calibrated import Calibration
 from phantora.cli.host_profile import default_reference

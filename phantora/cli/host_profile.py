@@ -16,9 +16,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from hwmodel.calibration.host_profile import (MEASURED_KEYS, HostProfile, bundled,
+from hwmodel.measured.host_profile import (MEASURED_KEYS, HostProfile, bundled,
                                                bundled_names)
-from hwmodel.calibration.host_references import references
+from hwmodel.measured.host_references import references
 from hwmodel.errors import PhantoraError
 
 MECHANISMS_MODULE = "intercept.host_time.mechanisms"

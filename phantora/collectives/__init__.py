@@ -12,7 +12,7 @@ Modules, in the order a plan uses them:
 * :mod:`.writer` - wire bytes and hop delays of every flow; :mod:`.planner` - the entry point
 """
 
-from phantora.collectives.efficiency import DEFAULT_CALIBRATION, Calibration
+from phantora.collectives.efficiency import DEFAULT_NCCL_EFFICIENCY, NcclEfficiency
 from phantora.collectives.config import Algorithm, NcclConfig, Protocol
 from phantora.collectives.dag import FlowDag, FlowSpec
 from phantora.collectives.planner import plan_collective, select
@@ -21,15 +21,15 @@ from phantora.collectives.system import SystemInfo
 from phantora.collectives.tuning import Choice
 
 __all__ = [
-    "DEFAULT_CALIBRATION",
+    "DEFAULT_NCCL_EFFICIENCY",
     "Algorithm",
-    "Calibration",
     "Choice",
     "CollectiveOp",
     "CollectiveRequest",
     "FlowDag",
     "FlowSpec",
     "NcclConfig",
+    "NcclEfficiency",
     "Protocol",
     "SystemInfo",
     "plan_collective",

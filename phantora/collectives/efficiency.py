@@ -23,7 +23,7 @@ Latency: NCCL's modeled latency of the chosen (algorithm, protocol) is scaled by
 ``latency_scale``.
 
 The measured numbers, each with the measurement it was fitted to, are in
-:mod:`hwmodel.calibration.collectives`; rerun ``scripts/validate/validate_collectives.py`` after
+:mod:`hwmodel.measured.collectives`; rerun ``scripts/validate/validate_collectives.py`` after
 changing any of them.
 """
 
@@ -33,8 +33,8 @@ from math import ceil
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from hwmodel.calibration import collectives as measured
-from hwmodel.calibration.source import Measured
+from hwmodel.measured import collectives as measured
+from hwmodel.measured.source import Measured
 from phantora.cluster.topology import LinkKind
 from phantora.collectives.config import Algorithm, Protocol
 
@@ -46,7 +46,7 @@ def _empty() -> Mapping[Any, Any]:
 
 
 @dataclass(frozen=True, slots=True)
-class Calibration:
+class NcclEfficiency:
     """Efficiency and latency figures; see the module docstring for how they combine."""
 
     link_efficiency: Mapping[LinkKind, float]
@@ -71,10 +71,10 @@ class Calibration:
         for table in (self.cta_gbs, self.correction, self.latency_scale):
             for key, value in table.items():
                 if value <= 0:
-                    raise ValueError(f"calibration entry {key} is {value}; expected > 0")
+                    raise ValueError(f"efficiency entry {key} is {value}; expected > 0")
 
     @classmethod
-    def payload_only(cls) -> "Calibration":
+    def payload_only(cls) -> "NcclEfficiency":
         """Wire bytes = payload bytes: every link at line rate, no protocol overhead."""
         return cls(MappingProxyType({kind: 1.0 for kind in LinkKind}), use_model_ratios=False)
 
@@ -109,7 +109,7 @@ def _by_variant(table: Mapping[tuple[str, str], Measured[T]]
                              for (algorithm, protocol), found in table.items()})
 
 
-DEFAULT_CALIBRATION = Calibration(
+DEFAULT_NCCL_EFFICIENCY = NcclEfficiency(
     link_efficiency=MappingProxyType({
         LinkKind.NVLINK: measured.LINK_EFFICIENCY[LinkKind.NVLINK.value].value,
         LinkKind.NIC: measured.LINK_EFFICIENCY[LinkKind.NIC.value].value,
@@ -122,5 +122,5 @@ DEFAULT_CALIBRATION = Calibration(
     grouped_p2p_duty=measured.GROUPED_P2P_DUTY.value,
     latency_scale=_by_variant(measured.LATENCY_SCALE),
 )
-"""The calibration phantora uses unless told otherwise: the measured values of
-:mod:`hwmodel.calibration.collectives`; NVLS's latency stays NCCL's own."""
+"""The NCCL efficiencies phantora uses unless told otherwise: the measured values of
+:mod:`hwmodel.measured.collectives`; NVLS's latency stays NCCL's own."""

@@ -7,7 +7,7 @@ each channel gets at most ``NCCL_P2P_LL_THRESHOLD`` bytes, Simple otherwise. Ins
 
 NB: NCCL's tuning model has no p2p latency or bandwidth; a transfer is charged one ring/LL
 step of latency (``TuningModel.p2p_latency``), LL its line format, and the channels' CTA
-throughput (shared with the receive side inside a group, ``Calibration.grouped_p2p_duty``).
+throughput (shared with the receive side inside a group, ``NcclEfficiency.grouped_p2p_duty``).
 NCCL walks the peers in rounds of at most 8 per channel; here all peers start at once.
 Channels of one same-host transfer take the same NVLink path and are one flow; across hosts
 each channel is its own flow (own ECMP path).

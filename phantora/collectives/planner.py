@@ -6,7 +6,7 @@ the user's overrides), then lay the chosen algorithm out as flows.
 """
 
 from phantora.cluster.topology import LinkKind
-from phantora.collectives.efficiency import DEFAULT_CALIBRATION, Calibration
+from phantora.collectives.efficiency import DEFAULT_NCCL_EFFICIENCY, NcclEfficiency
 from phantora.collectives.chunking import nvls_chunk_bytes, step_chunk_bytes
 from phantora.collectives.comm import Comm
 from phantora.collectives.config import Algorithm, NcclConfig, Protocol
@@ -27,7 +27,7 @@ _NCCL_DEFAULTS = NcclConfig()
 
 def plan_collective(request: CollectiveRequest, system: SystemInfo,
                     config: NcclConfig = _NCCL_DEFAULTS, *,
-                    calibration: Calibration = DEFAULT_CALIBRATION) -> FlowDag:
+                    nccl_efficiency: NcclEfficiency = DEFAULT_NCCL_EFFICIENCY) -> FlowDag:
     """The flows (with dependencies and protocol delays) that run ``request`` on ``system``.
 
     A group of one GPU, or a collective of zero bytes, is an empty DAG (NCCL returns at once).
@@ -40,9 +40,9 @@ def plan_collective(request: CollectiveRequest, system: SystemInfo,
         return FlowDag(algorithm="none")
     model = TuningModel(comm, search_graphs(comm, config))
     if request.op in _P2P_OPS:
-        return _plan_p2p(request, comm, model, config, calibration)
+        return _plan_p2p(request, comm, model, config, nccl_efficiency)
     choice = model.select(request.op, request.nbytes, config)
-    writer = _writer(comm, model, calibration, request.op, choice, request.nbytes)
+    writer = _writer(comm, model, nccl_efficiency, request.op, choice, request.nbytes)
     _lay_out(writer, comm, model, request, choice, config)
     dag = writer.dag
     dag.algorithm, dag.protocol, dag.channels = (choice.algorithm.value, choice.protocol.value,
@@ -75,7 +75,7 @@ def send_duty(op: CollectiveOp, algorithm: Algorithm, nranks: int) -> float:
     return 1.0
 
 
-def _writer(comm: Comm, model: TuningModel, calibration: Calibration, op: CollectiveOp,
+def _writer(comm: Comm, model: TuningModel, nccl_efficiency: NcclEfficiency, op: CollectiveOp,
             choice: Choice, nbytes: int) -> FlowWriter:
     algorithm, protocol = choice.algorithm, choice.protocol
     ratio = model.relative_link_rate(op, algorithm, protocol)
@@ -86,15 +86,15 @@ def _writer(comm: Comm, model: TuningModel, calibration: Calibration, op: Collec
     else:
         channels, chunk = choice.n_channels, 0
     line_gbs = comm.system.nvlink_gbps / 8.0
-    efficiency = {kind: calibration.efficiency(
+    efficiency = {kind: nccl_efficiency.efficiency(
         kind, algorithm, protocol, model_ratio=ratio, line_gbs=line_gbs, channels=channels,
         send_duty=send_duty(op, algorithm, comm.nranks), chunk_bytes=chunk)
         for kind in LinkKind}
     hops = model.hop_latency(op, algorithm, protocol)
     factor = (model.latency_factor(op, algorithm, protocol, nbytes)
-              * calibration.latency_factor(algorithm, protocol))
+              * nccl_efficiency.latency_factor(algorithm, protocol))
     latency = HopLatency(hops.base_us * factor, hops.intra_us * factor, hops.inter_us * factor)
-    return FlowWriter(comm.system, calibration, efficiency, latency)
+    return FlowWriter(comm.system, nccl_efficiency, efficiency, latency)
 
 
 def _lay_out(writer: FlowWriter, comm: Comm, model: TuningModel, request: CollectiveRequest,
@@ -121,11 +121,11 @@ def _lay_out(writer: FlowWriter, comm: Comm, model: TuningModel, request: Collec
 
 
 def _plan_p2p(request: CollectiveRequest, comm: Comm, model: TuningModel, config: NcclConfig,
-              calibration: Calibration) -> FlowDag:
+              nccl_efficiency: NcclEfficiency) -> FlowDag:
     """send_recv and all_to_all(v): direct transfers, LL or Simple each by its size."""
     dag = FlowDag(algorithm="p2p", channels=model.graphs.coll_channels)
     grouped = request.op is not CollectiveOp.SEND_RECV
-    duty = calibration.grouped_p2p_duty if grouped else 1.0
+    duty = nccl_efficiency.grouped_p2p_duty if grouped else 1.0
     if not grouped:
         src, dst = request.ranks
         transfers = [(src, dst, request.nbytes)]
@@ -142,10 +142,10 @@ def _plan_p2p(request: CollectiveRequest, comm: Comm, model: TuningModel, config
         key = (protocol, channels)
         if key not in writers:
             ratio = 0.5 if protocol is Protocol.LL else 1.0  # NB: NCCL models no p2p bandwidth
-            efficiency = {kind: calibration.efficiency(
+            efficiency = {kind: nccl_efficiency.efficiency(
                 kind, Algorithm.RING, protocol, model_ratio=ratio, line_gbs=line_gbs,
                 channels=channels, send_duty=duty) for kind in LinkKind}
-            writers[key] = FlowWriter(comm.system, calibration, efficiency,
+            writers[key] = FlowWriter(comm.system, nccl_efficiency, efficiency,
                                       model.p2p_latency(), dag)
         return writers[key]
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from phantora.cluster.topology import LinkKind
-from phantora.collectives.efficiency import Calibration
+from phantora.collectives.efficiency import NcclEfficiency
 from phantora.collectives.dag import FlowDag
 from phantora.collectives.system import SystemInfo
 from phantora.collectives.tuning import HopLatency
@@ -22,7 +22,7 @@ class FlowWriter:
     """Builds one collective's :class:`FlowDag`."""
 
     system: SystemInfo
-    calibration: Calibration
+    nccl_efficiency: NcclEfficiency
     efficiency: Mapping[LinkKind, float]
     """Payload bytes per wire byte, per link kind, for the chosen algorithm and protocol."""
     latency: HopLatency
@@ -69,5 +69,5 @@ class FlowWriter:
         if not deps:
             delay_ns += round(self.latency.base_us * 1000)
         kind = self.system.link_kind(src, dst)
-        nbytes = self.calibration.wire_bytes(payload, self.efficiency[kind])
+        nbytes = self.nccl_efficiency.wire_bytes(payload, self.efficiency[kind])
         return self.dag.add(src, dst, nbytes, tag, tuple(deps), max(0, delay_ns))

@@ -46,14 +46,14 @@ from multiprocessing.connection import Connection, wait
 
 import numpy as np
 
-from hwmodel.calibration.gpu import KERNEL_GAP_NS
+from hwmodel.measured.gpu import KERNEL_GAP_NS
 from phantora.cluster.topology import Topology
 from phantora.collectives import (
-    DEFAULT_CALIBRATION,
-    Calibration,
+    DEFAULT_NCCL_EFFICIENCY,
     CollectiveRequest,
     FlowDag,
     NcclConfig,
+    NcclEfficiency,
     SystemInfo,
     plan_collective,
 )
@@ -189,7 +189,8 @@ class LiveEngine:
 
     def __init__(self, topology: Topology, system: SystemInfo, nccl: NcclConfig,
                  backend: NetworkBackend, connections: Mapping[int, Connection],
-                 gpus_of_rank: Sequence[GpuId], *, calibration: Calibration = DEFAULT_CALIBRATION,
+                 gpus_of_rank: Sequence[GpuId], *,
+                 nccl_efficiency: NcclEfficiency = DEFAULT_NCCL_EFFICIENCY,
                  coverage: Coverage | None = None, record_flows: bool = False,
                  overlap: OverlapModel | None = MEASURED_OVERLAP,
                  kernel_gap_ns: int = KERNEL_GAP_NS.value,
@@ -200,7 +201,7 @@ class LiveEngine:
         ``gpus_of_rank[rank]`` the global GPU the rank drives; ``coverage`` (if given)
         accumulates every kernel's cost source; ``overlap`` how collectives in flight slow a
         GPU's kernels (``None``: not at all); ``kernel_gap_ns`` the GPU's idle time between
-        back-to-back kernels (``hwmodel.calibration.gpu.KERNEL_GAP_NS``);
+        back-to-back kernels (``hwmodel.measured.gpu.KERNEL_GAP_NS``);
         ``kernel_scale[rank]`` multiplies the durations of the rank's kernels as they arrive
         (a ``slow_gpu`` fault), which needs a timeline of its own: a scaled rank may neither
         mirror another nor be mirrored (:class:`SimulationError` otherwise)."""
@@ -221,7 +222,7 @@ class LiveEngine:
                                   f"of the topology's {topology.num_gpus}")
         self._system = system
         self._nccl = nccl
-        self._calibration = calibration
+        self._nccl_efficiency = nccl_efficiency
         self._backend = backend
         self._coverage = coverage
         self._gpus = list(gpus_of_rank)
@@ -580,7 +581,7 @@ class LiveEngine:
         if dag is None:
             try:
                 dag = plan_collective(request, self._system, self._nccl,
-                                      calibration=self._calibration)
+                                      nccl_efficiency=self._nccl_efficiency)
             except ValueError as error:
                 raise SimulationError(f"{collective.describe()}: {error}") from None
             if len(self._plans) >= _PLAN_CACHE_SIZE:

@@ -5,7 +5,7 @@ NCCL runs a collective as a kernel of one CUDA block per channel that holds its 
 through HBM for the whole call, so a kernel on another stream gets what is left. The factors
 come from measurements on 2x H200 (``scripts/measure/measure_overlap.py``,
 ``scripts/measure/data/overlap/``; the measured points and their source:
-``hwmodel.calibration.gpu``); what was measured, how the rule below was chosen and what it
+``hwmodel.measured.gpu``); what was measured, how the rule below was chosen and what it
 misses: ``docs/models/compute.md``.
 
 * A kernel's factor is read off a curve of its alone duration (linear in log duration between
@@ -39,7 +39,7 @@ import math
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 
-from hwmodel.calibration.gpu import (
+from hwmodel.measured.gpu import (
     COLLECTIVE_BY_COMPUTE,
     COLLECTIVE_BY_MEMORY,
     KERNEL_BY_COLLECTIVE_COMPUTE,
@@ -238,4 +238,4 @@ MEASURED_OVERLAP = OverlapModel(
     collective_by_compute=SlowdownCurve(COLLECTIVE_BY_COMPUTE.value),
     collective_by_memory=SlowdownCurve(COLLECTIVE_BY_MEMORY.value),
 )
-"""The curves measured on 2x H200 (``hwmodel.calibration.gpu``, with their source)."""
+"""The curves measured on 2x H200 (``hwmodel.measured.gpu``, with their source)."""

@@ -4,7 +4,7 @@ Semantics, as CUDA defines them:
 
 * Work on one stream runs in issue order; a kernel starts at ``max(launch time, the end of
   the stream's previous work + the front end's gap)`` (measured:
-  ``hwmodel.calibration.gpu.KERNEL_GAP_NS``) and runs its duration.
+  ``hwmodel.measured.gpu.KERNEL_GAP_NS``) and runs its duration.
 * ``event.record(stream)`` completes when everything queued on the stream before it has; a
   later ``stream.wait_event(event)`` holds everything queued after it on that stream until the
   event completes. The record a wait refers to is the latest one *in program order* (an event
@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from hwmodel.calibration.gpu import KERNEL_GAP_NS
+from hwmodel.measured.gpu import KERNEL_GAP_NS
 from hwmodel.errors import SimulationError
 from phantora.engine.overlap import (
     MEASURED_OVERLAP,
@@ -323,7 +323,7 @@ class RankDevice:
                  clock: DeviceClock | None = None) -> None:
         """``overlap``: how collectives in flight slow kernels; ``None`` leaves kernels as
         the compute model timed them. ``kernel_gap_ns``: the front end's gap between
-        back-to-back kernels (``hwmodel.calibration.gpu.KERNEL_GAP_NS``). ``clock``: the
+        back-to-back kernels (``hwmodel.measured.gpu.KERNEL_GAP_NS``). ``clock``: the
         simulation's, which items wait for (``None``: none, items run as soon as they can)."""
         self.rank = rank
         self.kernel_gap_ns = kernel_gap_ns

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hwmodel.calibration.gpu import KERNEL_GAP_NS
+from hwmodel.measured.gpu import KERNEL_GAP_NS
 from hwmodel.catalogue import CATALOGUE, GpuSpec
 from hwmodel.compute.calibrated import Calibration
 from hwmodel.compute.fitted import MEMORY_SECTIONS, EfficiencyCurves

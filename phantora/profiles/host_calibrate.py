@@ -4,7 +4,7 @@ what ``phantora-ns3 calibrate --host-out FILE`` builds beside the kernel table.
 A trace times the host's own calls on the host that ran the script, so it measures the
 mechanisms a microbenchmark would (``phantora-ns3 host-profile``) where it can tell them apart:
 
-* ``families_ns``: per op family (``hwmodel.calibration.host_profile.family_of``), the median over
+* ``families_ns``: per op family (``hwmodel.measured.host_profile.family_of``), the median over
   leaf ops (an op range enclosing no other op: ``aten::mm``, ``aten::copy_``, the ops the rank
   side dispatches) of its range less :data:`PROFILER_NS_PER_EVENT` for each runtime call inside
   it (the launch). An op that launches nothing is a ``view``. Ops that wait on the GPU inside
@@ -43,9 +43,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hwmodel.calibration.host_profile import (HostProfile, bundled, family_of,
+from hwmodel.measured.host_profile import (HostProfile, bundled, family_of,
                                                reference_families_ns)
-from hwmodel.calibration.host_references import references
+from hwmodel.measured.host_references import references
 from hwmodel.errors import ProfileError
 from phantora.profiles.kineto import PROFILER_NS_PER_EVENT, RECORD_HINT, HostOp, RankTrace
 

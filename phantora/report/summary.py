@@ -50,7 +50,7 @@ class Summary:
     """Live runs only: where simulated GPU time came from (roofline, fallback), top ops."""
     host: dict[str, Any] = field(default_factory=dict)
     """Live runs only: the host profile that charged host time (``cluster.host``), its speed,
-    and where each mechanism's cost came from (``hwmodel.calibration.host_profile``)."""
+    and where each mechanism's cost came from (``hwmodel.measured.host_profile``)."""
     counts: dict[str, int] = field(default_factory=dict)
     """Live runs only: batches, ops, kernels, syncs, collectives, flows the engine handled."""
     cpu_seconds: dict[str, float] = field(default_factory=dict)

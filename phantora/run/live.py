@@ -19,7 +19,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from hwmodel.calibration.host_profile import resolve_host
+from hwmodel.measured.host_profile import resolve_host
 from hwmodel.compute import Coverage
 from hwmodel.errors import RegroupRanks
 from launch.launcher import Launcher

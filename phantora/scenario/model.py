@@ -107,7 +107,7 @@ class ClusterConfig(_Resolved):
     (``hwmodel.compute.calibrated``); ``None``: the packaged measured tables."""
     host: str = "h100-host"
     """Host profile: a bundled one's name, or the absolute path of a profile file
-    (``hwmodel.calibration.host_profile``)."""
+    (``hwmodel.measured.host_profile``)."""
     host_speed: float = 1.0
     """The simulated host runs this many times as fast as its profile."""
 
@@ -172,7 +172,7 @@ class SimulationConfig(_Resolved):
     """``counted | measured``: how the script's own Python is timed (``intercept.host_time.python_work``
     or its CPU time); only used when not ``reproducible``."""
     host_cpu: str
-    """Reference host (``hwmodel/calibration/data/host_speed.json``) whose costs the host
+    """Reference host (``hwmodel/measured/data/host_speed.json``) whose costs the host
     time is charged at and whose CPU speed measured time is scaled to, or ``"native"``; only
     used when not ``reproducible``."""
     overlap_slowdown: bool

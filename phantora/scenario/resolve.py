@@ -13,8 +13,8 @@ from math import ceil
 from pathlib import Path
 from typing import TypeVar
 
-from hwmodel.calibration import host_references
-from hwmodel.calibration.host_profile import HostProfileError, resolve_host
+from hwmodel.measured import host_references
+from hwmodel.measured.host_profile import HostProfileError, resolve_host
 from hwmodel.catalogue import GpuSpec, lookup_gpu
 from hwmodel.compute.calibrated import Calibration
 from hwmodel.errors import CalibrationError

@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from hwmodel.calibration.host_references import host_cpu_choices
+from hwmodel.measured.host_references import host_cpu_choices
 from hwmodel.catalogue import CATALOGUE
 from hwmodel.units import parse_bytes, parse_duration_ns, parse_rate_gbps
 from launch.value_policy import Routing

@@ -22,7 +22,7 @@ the costs runs the probe with the new ones (they move the simulated rows; run un
 printed gaps are about 0).
 
     python3 scripts/measure/fit_compiled_host.py --real scripts/measure/data/host_costs/h200x*-compiled*.json \\
-        --write hwmodel/calibration/data/compiled_call.json
+        --write hwmodel/measured/data/compiled_call.json
 """
 
 import json

@@ -15,7 +15,7 @@ keeps a measured constant fixed, ``--fit`` names the free ones), and the new con
 
     python3 scripts/measure/fit_host_time.py --real scripts/measure/data/host_fit/h200x2-6layer.txt \\
         --harness out/validate_accuracy --fit python_cold_factor tensor_subclass_ns \\
-        --write hwmodel/calibration/data/host_fit.json
+        --write hwmodel/measured/data/host_fit.json
     python3 scripts/measure/fit_host_time.py --real scripts/measure/data/host_fit/h200x2-6layer.txt  # check
 
 A run without ``--write`` only reports the fit.

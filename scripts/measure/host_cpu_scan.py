@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
 
-from hwmodel.calibration.host_references import ReferenceHost, references  # noqa: E402
+from hwmodel.measured.host_references import ReferenceHost, references  # noqa: E402
 from intercept.host_time.host_benchmark import measure  # noqa: E402
 
 

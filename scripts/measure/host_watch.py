@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
 
-from hwmodel.calibration.host_references import ReferenceHost  # noqa: E402
+from hwmodel.measured.host_references import ReferenceHost  # noqa: E402
 from intercept.host_time.host_benchmark import measure  # noqa: E402
 
 EVERY_S = 0.25

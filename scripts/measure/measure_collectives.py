@@ -3,7 +3,7 @@
 Ground truth for phantora's NCCL model: per (op, size) the time per call, algbw and busbw
 (nccl-tests definitions, doc/PERFORMANCE.md), and the algorithm, protocol and channel count
 NCCL's tuner picked, read back from its ``NCCL_DEBUG=INFO`` log. Forced ``NCCL_ALGO`` x
-``NCCL_PROTO`` all_reduce sweeps calibrate the protocol model. One process per GPU, bf16.
+``NCCL_PROTO`` all_reduce sweeps fit the protocol model. One process per GPU, bf16.
 
 Usages (run from the repository root):
 

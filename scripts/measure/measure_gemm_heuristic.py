@@ -7,7 +7,7 @@ On a GPU machine, each in a fresh process:
   the six products of a SwiGLU expert (bf16; default the ``moe-600m`` experts to 16,384 rows)
   under the PyTorch profiler with CUDA activity and records which kernels each ``aten::mm``
   launched, run-length encoded: the kernel map the simulator reads per GPU model
-  (``hwmodel/calibration/data/cublas_kernels_<gpu>.json``). cuBLAS's choice is a function of
+  (``hwmodel/measured/data/cublas_kernels_<gpu>.json``). cuBLAS's choice is a function of
   the shape alone, so one pass in order maps it.
 - ``--profile OUT -- SCRIPT ARGS...`` runs the training script itself under the PyTorch
   profiler (shapes recorded) and logs each ``moe-600m`` expert product's ``aten::mm`` (SwiGLU,
@@ -31,7 +31,7 @@ from another's by about 30%), each call's extra taken over its log's repeat cost
   (least squares over the new-output calls; decay by grid search).
 It reports per step the measured new-shape host time and what the simulator's
 ``GemmShapeCache`` charges, with the map and without, on every log; ``--write`` writes
-``hwmodel/calibration/data/gemm_heuristic.json``.
+``hwmodel/measured/data/gemm_heuristic.json``.
 
   # on the GPU machine, each in a fresh process
   python3 scripts/measure/measure_gemm_heuristic.py --kernel-map "$OUT/kernel-map.json"
@@ -402,7 +402,7 @@ def main() -> None:
     parser.add_argument("--reference", default="h100-host",
                         help="the simulation.host_cpu reference host the logs were taken on")
     parser.add_argument("--write", action="store_true",
-                        help="with --fit: write hwmodel/calibration/data/gemm_heuristic.json")
+                        help="with --fit: write hwmodel/measured/data/gemm_heuristic.json")
     parser.add_argument("script", nargs="?", type=Path, help="with --profile: the script")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, help="its arguments")
     args = parser.parse_args()
@@ -444,7 +444,7 @@ def main() -> None:
                   f"fitted; median of steps 3.. {error:+.1f}%")
             print("  " + "  ".join(f"{r:.0f}/{f:.0f}" for r, f in zip(real, fitted, strict=True)))
     if args.write:
-        target = REPO / "phantora" / "calibration" / "data" / "gemm_heuristic.json"
+        target = REPO / "hwmodel" / "measured" / "data" / "gemm_heuristic.json"
         provenance = {"fit_on": [path.name for path in args.fit], "logs": checks,
                       "measured_on": {path.name: logs[path]["provenance"] for path in args.fit},
                       "derived_by": "scripts/measure/measure_gemm_heuristic.py --fit"}

@@ -1,5 +1,5 @@
 """Host CPU time a real GPU host spends per intercepted operation, per op family: the table
-``intercept.host_time.host_cost`` charges (``hwmodel/calibration/data/host_costs.json``).
+``intercept.host_time.host_cost`` charges (``hwmodel/measured/data/host_costs.json``).
 
   # 1. on a lent GPU machine (one GPU is enough), from the repository root:
   python3 scripts/measure/measure_host_costs.py --json /tmp/host_costs.json
@@ -7,7 +7,7 @@
   #    aten and ops sections (prints the table it derived)
   python3 scripts/measure/measure_host_costs.py --import-raw scripts/measure/data/host_costs/h100x1.json \
       --import-ops scripts/measure/data/host_costs/h100x1-ops?.json \
-      --reference h100-host --write hwmodel/calibration/data/host_costs.json
+      --reference h100-host --write hwmodel/measured/data/host_costs.json
 
 Each case issues its operation back to back and reports the host's wall time per call (what a
 rank's clock would have advanced on that host), with the GPU held busy behind a
@@ -645,7 +645,7 @@ def layers_ns(us: Callable[[str], float]) -> dict[str, int]:
 
 def derive_table(raw: dict[str, Any], reference: str,
                  op_records: list[dict[str, Any]]) -> dict[str, Any]:
-    """The ``hwmodel/calibration/data/host_costs.json`` form of a raw record (see
+    """The ``hwmodel/measured/data/host_costs.json`` form of a raw record (see
     ``intercept.host_time.host_cost``), its ``ops_ns`` from ``op_records`` (:func:`ops_ns`); raises
     where a case it needs is missing or had no valid round."""
     us = _case_us(raw, "--import-raw")

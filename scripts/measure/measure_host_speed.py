@@ -13,7 +13,7 @@ Usages (from the repository root):
  3. Write (or replace) a reference host in the shipped data file from a JSON record:
       python3 scripts/measure/measure_host_speed.py --import-record scripts/measure/data/host/h100-x1.json \\
           --reference h100-host --gpus h100 --description "..." \\
-          --write hwmodel/calibration/data/host_speed.json
+          --write hwmodel/measured/data/host_speed.json
 
 A *measurement* is :func:`intercept.host_time.host_benchmark.measure`: each component's fastest of
 ``--rounds`` rounds (thread CPU time). The script takes ``--repeats`` measurements one after the
@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository r
 # torch component runs (it is skipped where torch is not imported).
 import torch  # noqa: E402
 
-from hwmodel.calibration import host_references  # noqa: E402
+from hwmodel.measured import host_references  # noqa: E402
 from intercept.host_time import host_benchmark  # noqa: E402
 from scripts import common  # noqa: E402
 

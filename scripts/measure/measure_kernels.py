@@ -21,7 +21,7 @@ Usages (run from the repository root):
  5. Print the headline numbers of a stored table, write its cleaned copy, and compare its
     times with another GPU's:
       python3 scripts/measure/measure_kernels.py --import-result scripts/measure/data/kernels/h100/results.csv \\
-          --export-clean hwmodel/calibration/data/kernels_h100.csv \\
+          --export-clean hwmodel/measured/data/kernels_h100.csv \\
           --compare scripts/measure/data/kernels/h200/results.csv
 
 Output under ``--out DIR``: ``results.csv`` (one row per case, appended and flushed as each case
@@ -1168,9 +1168,9 @@ class Timer:
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.cuda = device.type == "cuda"
-        self.cycles_per_us = self._calibrate() if self.cuda else 0.0
+        self.cycles_per_us = self._measure_sleep_rate() if self.cuda else 0.0
 
-    def _calibrate(self) -> float:
+    def _measure_sleep_rate(self) -> float:
         """Cycles of ``torch.cuda._sleep`` per microsecond, read under load (boost clock)."""
         x = torch.randn(4096, 4096, device=self.device, dtype=torch.bfloat16)
         for _ in range(20):

@@ -9,7 +9,7 @@ the same), it times
 * K alone on a compute stream (``n_k`` back-to-back runs, CUDA events around each run),
 * C alone on a communication stream (``m_c`` back-to-back calls, events around each call),
 * both at once: the runs and the calls issued interleaved in proportion, behind a GPU-side
-  hold (``torch.cuda._sleep``) on both streams sized from the host's calibrated issue time, so
+  hold (``torch.cuda._sleep``) on both streams sized from the host's measured issue time, so
   the host gets ahead, the two streams start together and run back-to-back.
 
 Every event is read against one reference event, so each K run's interval is known on the same
@@ -390,15 +390,15 @@ def _round(streams: _Streams, kernel: Callable[[], None], n_k: int,
 
 
 @dataclass(slots=True)
-class _Calibration:
+class _Solo:
     """Per-run device time and host issue time of one side, agreed over the ranks (max)."""
 
     device_us: float
     host_us: float
 
 
-def _calibrate(streams: _Streams, launch: Callable[[], None], is_coll: bool, warmup: int,
-               device: torch.device) -> _Calibration:
+def _measure_solo(streams: _Streams, launch: Callable[[], None], is_coll: bool, warmup: int,
+                  device: torch.device) -> _Solo:
     import torch
     import torch.distributed as dist
 
@@ -409,15 +409,15 @@ def _calibrate(streams: _Streams, launch: Callable[[], None], is_coll: bool, war
     own = torch.tensor([statistics.median(durations(c_int if is_coll else k_int)),
                         issue_s * 1e6 / count], dtype=torch.float64, device=device)
     dist.all_reduce(own, op=dist.ReduceOp.MAX)
-    return _Calibration(float(own[0]), float(own[1]))
+    return _Solo(float(own[0]), float(own[1]))
 
 
-def _measure_pair(streams: _Streams, plan: Plan, kernel: Callable[[], None], k_cal: _Calibration,
-                  coll: Callable[[], None], c_cal: _Calibration) -> dict[str, object]:
+def _measure_pair(streams: _Streams, plan: Plan, kernel: Callable[[], None], k_solo: _Solo,
+                  coll: Callable[[], None], c_solo: _Solo) -> dict[str, object]:
     """Alone and overlapped rounds, interleaved, ``plan.repeats`` times; pooled statistics."""
-    n_k = runs_for(plan.target_us, k_cal.device_us)
-    m_c = runs_for(plan.target_us, c_cal.device_us)
-    prefill_us = 2.0 * (n_k * k_cal.host_us + m_c * c_cal.host_us) + 2000.0
+    n_k = runs_for(plan.target_us, k_solo.device_us)
+    m_c = runs_for(plan.target_us, c_solo.device_us)
+    prefill_us = 2.0 * (n_k * k_solo.host_us + m_c * c_solo.host_us) + 2000.0
     k_alone: list[float] = []
     c_alone: list[float] = []
     k_over: list[float] = []
@@ -482,14 +482,15 @@ def _worker(args: _WorkerArgs, results: Queue[tuple[str, int, object]]) -> None:
         plan = args.plan
         colls = {(op, nbytes): _coll_launcher(op, nbytes, args.ngpus, device)
                  for op in plan.colls for nbytes in plan.sizes_bytes}
-        c_cals = {key: _calibrate(streams, launch, True, plan.warmup, device)
-                  for key, launch in colls.items()}
+        c_solo_by_key = {key: _measure_solo(streams, launch, True, plan.warmup, device)
+                         for key, launch in colls.items()}
         measured = []
         for name in plan.kernels:
             kernel = _kernel_launcher(KERNELS[name], device)
-            k_cal = _calibrate(streams, kernel, False, plan.warmup, device)
+            k_solo = _measure_solo(streams, kernel, False, plan.warmup, device)
             for (op, nbytes), coll in colls.items():
-                result = _measure_pair(streams, plan, kernel, k_cal, coll, c_cals[op, nbytes])
+                result = _measure_pair(streams, plan, kernel, k_solo, coll,
+                                       c_solo_by_key[op, nbytes])
                 measured.append((name, op, nbytes, result))
                 if args.rank == 0:
                     print(f"   {name:<20} {op:<15} {format_bytes(nbytes):>7}: K x"

@@ -17,7 +17,7 @@ the training-like workloads at growing sizes right after one kernel launch again
 Then, here (the simulator's Python and torch, whose counts the weights apply to):
 
     python3 scripts/measure/measure_python_work.py --fit scripts/measure/data/python_work/python_work_h100_*.json \
-        --write hwmodel/calibration/data/python_work.json
+        --write hwmodel/measured/data/python_work.json
 
 takes each workload's median time over the records, counts its lines and calls *here* (torch's
 ``nn.Module`` code differs between versions), and fits ``ns = line_ns * lines + call_ns * calls``

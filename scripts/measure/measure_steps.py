@@ -440,7 +440,7 @@ class HostWatcher:
     ``=== HOST`` line of a run from its rounds."""
 
     def __init__(self, out: Path, machine: str) -> None:
-        from hwmodel.calibration.host_references import references
+        from hwmodel.measured.host_references import references
 
         match = MACHINE_RE.match(machine)
         self.reference = references().for_gpu(match.group("gpu") if match else machine)

@@ -4,7 +4,7 @@
 default optimizers. Their steps launch ops the grid of ``measure_kernels.py`` never timed
 (``_foreach_addcdiv_``, ``native_group_norm``, ``native_dropout_backward``, ``rsqrt``, ...).
 This script runs each zoo model on the GPU (two plain steps, then one recorded), keeps every
-launch that the GPU's shipped table (``hwmodel/calibration/data/kernels_<gpu>.csv``) has no
+launch that the GPU's shipped table (``hwmodel/measured/data/kernels_<gpu>.csv``) has no
 estimate for, as the simulator would describe it (``intercept.dispatch.op_costs.kernel_spec``:
 the same bytes and dtype), and times each distinct one (op, tensor shapes, strides, dtypes and
 other arguments) with ``measure_kernels.py``'s timer on copies of the recorded arguments. The
@@ -45,7 +45,7 @@ from hwmodel.compute.table import KernelTable  # noqa: E402
 from intercept.dispatch.cuda_wheels import prepare_torchvision  # noqa: E402
 from intercept.dispatch.op_costs import flat_tensors, kernel_spec  # noqa: E402
 
-TABLES = common.REPO / "phantora" / "calibration" / "data"
+TABLES = common.REPO / "hwmodel" / "measured" / "data"
 TABLED_FAMILIES = (Family.MATMUL, Family.ATTENTION_FWD, Family.ATTENTION_BWD, Family.CONV,
                    Family.GROUPED_MATMUL, Family.RNN)
 """Costed by rate over shape (left out, see the module's text)."""

@@ -36,9 +36,9 @@ step and their time (``gc.callbacks``), wherever they ran.
       scenarios/examples/megatron_gpt.py --tp 4 ...
   python3 scripts/measure/time_host_calls.py summarize ROOT   # a table of ROOT/<run>/rank*.json
   # the model of intercept.host_time.collective_host, from sessions (each: calls/, *_env.log)
-  python3 scripts/measure/time_host_calls.py fit SESSION... [--write hwmodel/calibration/data/collective_host.json]
+  python3 scripts/measure/time_host_calls.py fit SESSION... [--write hwmodel/measured/data/collective_host.json]
   # the model of intercept.host_time.host_spread, from sessions with waits timed, 3+ ranks
-  python3 scripts/measure/time_host_calls.py spread SESSION... [--write hwmodel/calibration/data/host_spread.json]
+  python3 scripts/measure/time_host_calls.py spread SESSION... [--write hwmodel/measured/data/host_spread.json]
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ from torch.distributed import distributed_c10d as c10d
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
-from hwmodel.calibration.host_references import references  # noqa: E402
+from hwmodel.measured.host_references import references  # noqa: E402
 from intercept.host_time.c10d_host import COLLECTIVE_FUNCTIONS  # noqa: E402
 from intercept.host_time.collective_host import ROWS  # noqa: E402
 from intercept.host_time.host_cost import load_table  # noqa: E402

@@ -1,7 +1,7 @@
 """How well the compute model predicts kernel times it was not given: a table of errors.
 
 Three checks, per op family (matmul, attention, memory-bound/optimizer), on the packaged
-tables (``hwmodel/calibration/data``):
+tables (``hwmodel/measured/data``):
 
 * ``interpolated``: the random off-grid shapes measured as holdouts (``"holdout": true``),
   predicted from a table that leaves them out (attention: only the backend stock PyTorch

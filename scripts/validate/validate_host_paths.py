@@ -30,8 +30,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from hwmodel.calibration.host_profile import HostProfile  # noqa: E402
-from hwmodel.calibration.host_references import references  # noqa: E402
+from hwmodel.measured.host_profile import HostProfile  # noqa: E402
+from hwmodel.measured.host_references import references  # noqa: E402
 from phantora.cli.host_profile import profile_of  # noqa: E402
 from scripts.validate.variants import simulate_variant  # noqa: E402
 

@@ -37,7 +37,7 @@ def test_a_slower_host_scales_costs_and_gaps_alike() -> None:
 
 
 def test_a_bad_document_names_the_key() -> None:
-    data = json.loads((REPO / "hwmodel/calibration/data/collective_host.json").read_text())
+    data = json.loads((REPO / "hwmodel/measured/data/collective_host.json").read_text())
     with pytest.raises(ValueError, match="slope_ns"):
         cost_from_json({k: v for k, v in data.items() if k != "slope_ns"})
     with pytest.raises(ValueError, match="hot_ns needs exactly"):

@@ -9,9 +9,9 @@ from intercept.host_time.clock import VirtualClock
 from intercept.host_time.host_cost import (INDEX_PUT_ACCUMULATE, SORT_SMALL, TABLE_PATH, family_of,
                                            load_table, table_from_json)
 from intercept.host_time.host_profile_costs import table_for_profile
-from hwmodel.calibration.host_profile import bundled
+from hwmodel.measured.host_profile import bundled
 from intercept.host_time.residual import ResidualSmoother
-from hwmodel.calibration.host_references import references
+from hwmodel.measured.host_references import references
 
 
 def test_ops_fall_in_the_family_their_host_cost_was_measured_for() -> None:

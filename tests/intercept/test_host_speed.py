@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from hwmodel.calibration import host_references
-from hwmodel.calibration.host_references import NATIVE, ReferenceHost, SpeedRatio, parse_references
+from hwmodel.measured import host_references
+from hwmodel.measured.host_references import NATIVE, ReferenceHost, SpeedRatio, parse_references
 from intercept.host_time import clock as clock_module
 from intercept.host_time import host_benchmark
 from intercept.host_time.clock import VirtualClock

@@ -2,7 +2,7 @@
 
 Each measurement runs in a fresh interpreter (the shim must be loaded before torch) with the
 real :class:`~intercept.runtime.RankRuntime` and a measured
-:class:`~intercept.host_time.clock.VirtualClock` (the fake device's calibrated deductions in force),
+:class:`~intercept.host_time.clock.VirtualClock` (the fake device's measured deductions in force),
 the stand-in coordinator in a forked process so that its CPU time is not the rank's. Bounds are
 ratios or generous multiples of the table's charge for a small ``add_`` (``launch_ns``): the machine
 may be loaded, which inflates every CPU time measured.
@@ -211,7 +211,7 @@ def test_script_work_between_ops_is_not_deducted(measured: dict[str, Any]) -> No
 
     "Small" is larger than in a tight loop: the glue around a dispatch runs with cold caches
     after other work (as a real host's dispatch path does), and that part is not deducted
-    (~1-3 us). A deduction calibrated while the machine was busier than now
+    (~1-3 us). A deduction measured while the machine was busier than now
     exceeds the glue: allowed up to half a launch overhead per op.
     """
     mixed = measured["mixed"]
@@ -234,7 +234,7 @@ def test_backward_on_the_autograd_thread_is_mostly_excluded(measured: dict[str, 
     assert 0 <= extra_ns(entry, measured["launch_ns"]) < 0.2 * entry["cpu_ns"], entry
 
 
-def test_deductions_are_calibrated_and_small(measured: dict[str, Any]) -> None:
+def test_deductions_are_measured_and_small(measured: dict[str, Any]) -> None:
     section_ns, dispatch_ns = measured["deductions"]
     assert 0 < section_ns < 5_000
     assert 0 < dispatch_ns < 20_000

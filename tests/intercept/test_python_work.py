@@ -3,7 +3,7 @@ counted mode: the script's time from counts, never from this machine's CPU."""
 
 import pytest
 
-from hwmodel.calibration.host_references import references
+from hwmodel.measured.host_references import references
 from intercept.host_time.clock import VirtualClock
 from intercept.host_time.host_fit import load_fit
 from intercept.host_time.python_work import (WEIGHTS_REFERENCE, StepWeights, load_weights,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from hwmodel.calibration.gpu import KERNEL_GAP_NS
+from hwmodel.measured.gpu import KERNEL_GAP_NS
 from hwmodel.catalogue import CATALOGUE
 from hwmodel.compute.calibrated import Calibration
 from hwmodel.compute.model import ComputeModel, CostSource

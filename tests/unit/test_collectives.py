@@ -8,10 +8,10 @@ from hwmodel.catalogue import lookup_gpu
 from phantora.cluster.topology import HostSpec, rail_optimized, single_host
 from phantora.collectives import (
     Algorithm,
-    Calibration,
     CollectiveRequest,
     FlowDag,
     NcclConfig,
+    NcclEfficiency,
     Protocol,
     SystemInfo,
     plan_collective,
@@ -21,7 +21,7 @@ from phantora.engine.flow_scheduler import run_dag
 from phantora.network.composite import CompositeBackend
 from phantora.network.flow import FluidBackend
 
-PAYLOAD = Calibration.payload_only()
+PAYLOAD = NcclEfficiency.payload_only()
 MIB = 1 << 20
 DEFAULTS = NcclConfig()
 
@@ -34,9 +34,9 @@ def system(hosts: int, gpus_per_host: int, gpu: str = "h100") -> SystemInfo:
 
 
 def plan(op: str, ranks, nbytes: int, sysinfo: SystemInfo, config: NcclConfig = DEFAULTS,
-         calibration: Calibration = PAYLOAD, **kwargs) -> FlowDag:
+         nccl_efficiency: NcclEfficiency = PAYLOAD, **kwargs) -> FlowDag:
     request = CollectiveRequest.make(op, list(ranks), nbytes, 2, **kwargs)
-    return plan_collective(request, sysinfo, config, calibration=calibration)
+    return plan_collective(request, sysinfo, config, nccl_efficiency=nccl_efficiency)
 
 
 def sent_by(dag: FlowDag) -> Counter:
@@ -168,7 +168,7 @@ def test_dag_is_well_formed_and_every_rank_takes_part(op: str, hosts: int, gph: 
                                                       size: int) -> None:
     sysinfo = system(hosts, gph)
     n = hosts * gph
-    dag = plan(op, range(n), size, sysinfo, calibration=Calibration.payload_only())
+    dag = plan(op, range(n), size, sysinfo, nccl_efficiency=NcclEfficiency.payload_only())
     assert dag.flows
     for index, flow in enumerate(dag.flows):
         assert all(0 <= dep < index for dep in flow.deps), f"flow {index} deps {flow.deps}"
@@ -208,8 +208,8 @@ def test_tiny_all_reduce_costs_nccls_latency_uncongested() -> None:
     spec = lookup_gpu("h100")
     topo = single_host(HostSpec(8, spec.nvlink_gbps, 300, 400.0))
     dag = plan("all_reduce", range(8), 8, SystemInfo.from_topology(topo, spec),
-               calibration=Calibration(PAYLOAD.link_efficiency,
-                                       latency_scale={(Algorithm.RING, Protocol.LL): 1.0}))
+               nccl_efficiency=NcclEfficiency(PAYLOAD.link_efficiency,
+                                              latency_scale={(Algorithm.RING, Protocol.LL): 1.0}))
     assert (dag.algorithm, dag.protocol) == ("ring", "ll")
     end_ns = run_dag(dag, CompositeBackend(topo, FluidBackend(topo, "intra"), None), 0)
     assert end_ns == pytest.approx(15_000, abs=20)
@@ -270,12 +270,12 @@ def test_pipelines_merge_chunks_under_the_budget() -> None:
 
 def _all_to_all_busbw(gpus: int, nbytes: int) -> float:
     """Simulated bus bandwidth (GB/s, nccl-tests' (n-1)/n) of an all_to_all on one H200 host,
-    default calibration."""
-    from phantora.collectives.efficiency import DEFAULT_CALIBRATION
+    default NCCL efficiencies."""
+    from phantora.collectives.efficiency import DEFAULT_NCCL_EFFICIENCY
     spec = lookup_gpu("h200")
     topo = single_host(HostSpec(gpus, spec.nvlink_gbps, 300, 400.0))
     dag = plan("all_to_all", range(gpus), nbytes, SystemInfo.from_topology(topo, spec),
-               calibration=DEFAULT_CALIBRATION)
+               nccl_efficiency=DEFAULT_NCCL_EFFICIENCY)
     end_ns = run_dag(dag, CompositeBackend(topo, FluidBackend(topo, "intra"), None), 0)
     return nbytes / end_ns * (gpus - 1) / gpus
 

@@ -7,10 +7,10 @@ import pytest
 from hwmodel.catalogue import lookup_gpu
 from phantora.cluster.topology import HostSpec, Topology, rail_optimized
 from phantora.collectives import (
-    Calibration,
     CollectiveRequest,
     FlowDag,
     NcclConfig,
+    NcclEfficiency,
     SystemInfo,
     plan_collective,
 )
@@ -29,11 +29,11 @@ def cluster(hosts: int) -> tuple[Topology, SystemInfo]:
 
 
 def plan(op: str, gpus: int, nbytes: int, system: SystemInfo, config: NcclConfig,
-         calibration: Calibration | None = None) -> FlowDag:
+         nccl_efficiency: NcclEfficiency | None = None) -> FlowDag:
     request = CollectiveRequest.make(op, list(range(gpus)), nbytes, 2)
-    if calibration is None:
+    if nccl_efficiency is None:
         return plan_collective(request, system, config)
-    return plan_collective(request, system, config, calibration=calibration)
+    return plan_collective(request, system, config, nccl_efficiency=nccl_efficiency)
 
 
 def simulate(dag: FlowDag, topology: Topology) -> int:
@@ -63,7 +63,7 @@ def test_one_block_carries_the_bytes_of_every_step() -> None:
     _, system = cluster(16)
     for op in ("all_gather", "reduce_scatter", "all_reduce"):
         # Payload-only wire bytes: no per-flow rounding of protocol overhead.
-        payload = Calibration.payload_only()
+        payload = NcclEfficiency.payload_only()
         coarse = plan(op, 128, 96 << 20, system,
                       NcclConfig.make(algorithms="ring", stepwise_ring_ranks=2), payload)
         stepwise = plan(op, 128, 96 << 20, system,

@@ -5,10 +5,10 @@ import pytest
 from hwmodel.catalogue import lookup_gpu
 from phantora.collectives import (
     Algorithm,
-    Calibration,
     CollectiveOp,
     CollectiveRequest,
     NcclConfig,
+    NcclEfficiency,
     Protocol,
     SystemInfo,
     select,
@@ -152,6 +152,6 @@ def test_bad_requests_say_what_is_wrong(kwargs: dict, message: str) -> None:
         CollectiveRequest.make(dtype_bytes=2, **kwargs)
 
 
-def test_calibration_rejects_impossible_efficiencies() -> None:
+def test_nccl_efficiency_rejects_impossible_efficiencies() -> None:
     with pytest.raises(ValueError, match="expected \\(0, 1\\]"):
-        Calibration({kind: 1.5 for kind in Calibration.payload_only().link_efficiency})
+        NcclEfficiency({kind: 1.5 for kind in NcclEfficiency.payload_only().link_efficiency})

@@ -6,7 +6,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from hwmodel.calibration.gpu import HOST_LINK_GBS
+from hwmodel.measured.gpu import HOST_LINK_GBS
 from hwmodel.catalogue import lookup_gpu
 from hwmodel.compute import ComputeModel, CostSource, Coverage, KernelSpec
 from hwmodel.compute.inductor import generated_kernel

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hwmodel.calibration.host_profile import load_profile
-from hwmodel.calibration.host_references import references
+from hwmodel.measured.host_profile import load_profile
+from hwmodel.measured.host_references import references
 from intercept.host_time.host_profile_costs import table_for_profile
 from phantora.cli import main
 from phantora.profiles.kineto import PROFILER_NS_PER_EVENT

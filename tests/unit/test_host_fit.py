@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hwmodel.calibration.tables import HOST_FIT
+from hwmodel.measured.tables import HOST_FIT
 from intercept.host_time.host_fit import fit_from_json, load_fit
 
 from scripts.measure import fit_host_time

@@ -1,4 +1,4 @@
-"""Host profiles (``hwmodel.calibration.host_profile``): the file's round trip, clear errors on
+"""Host profiles (``hwmodel.measured.host_profile``): the file's round trip, clear errors on
 a bad one, and the host-cost table and Python weights a profile makes
 (``intercept.host_time.host_profile_costs``)."""
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from hwmodel.calibration.host_profile import (HostProfile, HostProfileError, bundled,
+from hwmodel.measured.host_profile import (HostProfile, HostProfileError, bundled,
                                                load_profile, resolve_host)
-from hwmodel.calibration.host_references import references
+from hwmodel.measured.host_references import references
 from intercept.host_time.host_cost import load_table
 from intercept.host_time.host_profile_costs import (load_host_profile, table_for_profile,
                                                     weights_for_profile)

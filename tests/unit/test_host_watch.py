@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hwmodel.calibration.host_references import references
+from hwmodel.measured.host_references import references
 from scripts.measure import host_cpu_scan, host_speed_effect, host_watch, measure_steps
 from tests.unit.test_validation_scripts import ShellRun
 

@@ -22,7 +22,7 @@
 //     metadata queries (prim.device) C++ makes of a FakeTensor, and the decrefs through which
 //     C++ releases (and deallocates) the FakeTensors it kept, GIL hand-overs included;
 //   * every call of the stream/event callback below;
-//   * calibrated deductions (fakecuda_set_deductions) for what runs outside all of those: what
+//   * measured deductions (fakecuda_set_deductions) for what runs outside all of those: what
 //     timing a section costs, and the C++ glue around each op dispatch into Python.
 // Sections nest per thread (only the outermost is timed, with the thread's CPU clock).
 //
@@ -149,7 +149,7 @@ ThreadExclusion& this_thread_exclusion() {
 }
 
 // Deductions: CPU time the simulator spends on a thread between its sections, which no section
-// can cover, as calibrated: `section` per outermost section (what timing it costs: the halves of
+// can cover, as measured: `section` per outermost section (what timing it costs: the halves of
 // the two clock reads outside it), plus `dispatch` per op dispatch (the C++ glue around the call
 // into Python). Each kind takes at most the counted CPU time the thread spent since that kind's
 // previous deduction, so a deduction only takes back time that was spent, by the thread that
@@ -762,7 +762,7 @@ void fakecuda_deductions(int64_t* out) {
   out[1] = g_dispatch_deduction_ns.load();
 }
 // Enter and leave `n` empty sections on the calling thread; returns the CPU time of it that
-// counts as the script's (to calibrate the section deduction, set to 0 first).
+// counts as the script's (to measure the section deduction, set to 0 first).
 int64_t fakecuda_count_empty_sections(int n) {
   int64_t before_ns = fakecuda_thread_counted_ns();
   for (int i = 0; i < n; ++i) {

@@ -1,4 +1,4 @@
-"""The records every measured value of :mod:`hwmodel.calibration` is kept in."""
+"""The records every measured value of :mod:`hwmodel.measured` is kept in."""
 
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +41,7 @@ class Measured(Generic[T]):
 
 @dataclass(frozen=True, slots=True)
 class Table:
-    """A measured table shipped in ``hwmodel/calibration/data/`` and its source (the file
+    """A measured table shipped in ``hwmodel/measured/data/`` and its source (the file
     carries the details: rows, statistics, its own provenance block where it has one)."""
 
     path: Path

@@ -1,9 +1,9 @@
-"""Every measured value phantora simulates with, each with its source: one calibration home.
+"""Every measured value phantora simulates with, each with its source, in one home.
 
 The rule: a number that was *measured* (on a GPU, a host, or read off a published measurement)
-lives in this package as a :class:`~hwmodel.calibration.source.Measured` value, or, for a large
-table, as a :class:`~hwmodel.calibration.source.Table` naming a file of ``data/``; either
-carries a :class:`~hwmodel.calibration.source.Source`: the raw data it comes from (under
+lives in this package as a :class:`~hwmodel.measured.source.Measured` value, or, for a large
+table, as a :class:`~hwmodel.measured.source.Table` naming a file of ``data/``; either
+carries a :class:`~hwmodel.measured.source.Source`: the raw data it comes from (under
 ``scripts/data/`` or ``docs/``), the date, the GPU, and the NCCL and torch versions, with
 ``unknown`` where the measurement does not say. The models that *use* the values (the overlap
 rule in ``phantora.engine.overlap``, the stream scheduler, the collective planner, the compute

@@ -1,4 +1,4 @@
-"""The reference GPU hosts' benchmark times (``hwmodel/calibration/data/host_speed.json``,
+"""The reference GPU hosts' benchmark times (``hwmodel/measured/data/host_speed.json``,
 measured by ``scripts/measure/measure_host_speed.py`` on H100 and H200 cloud VMs; raw output and
 method in ``scripts/measure/data/host/``), and the ratio of one of them to this machine.
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from hwmodel.calibration.tables import HOST_SPEED
+from hwmodel.measured.tables import HOST_SPEED
 
 BENCHMARK_VERSION = 1
 """The version of the host-speed benchmark (``intercept.host_time.host_benchmark``) whose times

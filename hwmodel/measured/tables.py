@@ -1,4 +1,4 @@
-"""The measured tables in ``hwmodel/calibration/data/``, each with its source; the loaders
+"""The measured tables in ``hwmodel/measured/data/``, each with its source; the loaders
 (``hwmodel.compute.table`` through ``hwmodel.compute.model``, ``intercept.host_time.host_cost``,
 ``intercept.host_time.host_speed``) read them from these paths."""
 
@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 
-from hwmodel.calibration.source import NO_NCCL, UNKNOWN, Source, Table
+from hwmodel.measured.source import NO_NCCL, UNKNOWN, Source, Table
 
 DATA_DIR = Path(__file__).resolve().with_name("data")
 
@@ -55,7 +55,7 @@ GEMM_HEURISTIC = Table(DATA_DIR / "gemm_heuristic.json", Source(
 
 CUBLAS_KERNEL_MAPS: Mapping[str, Table] = MappingProxyType({
     "h100": Table(DATA_DIR / "cublas_kernels_h100.json", Source(
-        file="hwmodel/calibration/data/cublas_kernels_h100.json (as measured; its provenance "
+        file="hwmodel/measured/data/cublas_kernels_h100.json (as measured; its provenance "
              "block)",
         date="2026-11-27",
         gpu="NVIDIA H100 80GB HBM3 (a one-GPU cloud VM)",

@@ -1,7 +1,7 @@
 """Measured NCCL efficiencies and latency corrections of the collective model.
 
 ``phantora.collectives.efficiency`` says how they combine into a flow's wire bytes and a
-collective's latency, and builds ``DEFAULT_CALIBRATION`` from them; keys are the values of
+collective's latency, and builds ``DEFAULT_NCCL_EFFICIENCY`` from them; keys are the values of
 ``LinkKind``, ``Algorithm`` and ``Protocol``. They were fitted by hand to the measurements
 named in their sources; rerun ``scripts/validate/validate_collectives.py`` after changing any of
 them.
@@ -10,7 +10,7 @@ them.
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from hwmodel.calibration.source import UNKNOWN, Measured, Source
+from hwmodel.measured.source import UNKNOWN, Measured, Source
 
 _H200X2 = dict(file="scripts/data/collectives/h200x2/results.csv", date="2026-11-22",
                gpu="2x NVIDIA H200 (a two-GPU cloud VM, NV18, NVLS off)",

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from hwmodel.calibration.host_references import BENCHMARK_COMPONENTS, references
-from hwmodel.calibration.tables import HOST_COSTS
+from hwmodel.measured.host_references import BENCHMARK_COMPONENTS, references
+from hwmodel.measured.tables import HOST_COSTS
 
 PROFILE_VERSION = 1
 FAMILIES = ("view", "alloc", "elementwise", "elementwise_inplace", "factory", "reduction",

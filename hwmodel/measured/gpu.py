@@ -6,7 +6,7 @@ Used by ``phantora.engine.streams`` (the gap), ``hwmodel.compute.model`` (host c
 misses: ``docs/models/compute.md``).
 """
 
-from hwmodel.calibration.source import NO_NCCL, Measured, Source
+from hwmodel.measured.source import NO_NCCL, Measured, Source
 
 _OPS_H100 = dict(date="2026-11-22", gpu="NVIDIA H100 80GB HBM3 (a one-GPU cloud VM)",
                  nccl=NO_NCCL, torch="2.11.0+cu130")

@@ -1,4 +1,4 @@
-"""Every measured value of ``hwmodel.calibration`` names a source that exists, with each
+"""Every measured value of ``hwmodel.measured`` names a source that exists, with each
 provenance field filled in (``unknown`` where the measurement does not say)."""
 
 import re
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hwmodel.calibration import collectives, gpu, tables
-from hwmodel.calibration.source import Measured, Source, Table
+from hwmodel.measured import collectives, gpu, tables
+from hwmodel.measured.source import Measured, Source, Table
 
 ROOT = Path(__file__).resolve().parents[2]
 REPO_PATH = re.compile(r"(?:scripts|docs)/[\w./-]+")
