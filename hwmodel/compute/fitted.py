@@ -33,7 +33,7 @@ import numpy as np
 from hwmodel.catalogue import GpuSpec
 from hwmodel.compute.ops import base_name
 from hwmodel.compute.spec import RNN_GATES, KernelSpec
-from hwmodel.compute.table import KernelTable, attention_flops, matmul_flops
+from hwmodel.compute.table import KernelTable, attention_flops, matmul_flops, rnn_pass
 
 
 MEMORY_SECTIONS = frozenset({"memory", "optimizer"})
@@ -148,7 +148,7 @@ class EfficiencyCurves:
                                     * (input_size if layer == 0 else hidden * directions),
                                     dtype, gpu) + seq * step
                     for layer in range(layers))
-        return total * (2 if base_name(spec.name).endswith("_backward") else 1)
+        return total * (2 if rnn_pass(spec.name) == "bwd" else 1)
 
     def memory_ns(self, nbytes: int, gpu: GpuSpec, streaming: bool = False) -> int:
         """A kernel bound by moving ``nbytes`` through HBM; ``streaming``: one that only streams

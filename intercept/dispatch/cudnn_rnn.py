@@ -2,17 +2,18 @@
 
 ``nn.LSTM``, ``nn.GRU`` and ``nn.RNN`` call ``aten::lstm`` / ``gru`` / ``rnn_tanh`` /
 ``rnn_relu``, composite ops that choose their kernel in C++. A CUDA build hands an input of
-fp16, fp32 or fp64 to cuDNN when ``torch.backends.cudnn.enabled``: one ``aten::_cudnn_rnn``
-launch for the whole sequence and all layers, and one ``aten::_cudnn_rnn_backward``. A CPU
-build has no cuDNN and runs one fused cell per layer and time step (``_thnn_fused_lstm_cell``:
-3,072 launches a step for a 2-layer LSTM over 1,536 tokens). Other dtypes (bf16) take the cell
-path on both builds, so they are left to it.
+fp16, bf16, fp32 or fp64 to cuDNN when ``torch.backends.cudnn.enabled``: one
+``aten::_cudnn_rnn`` launch for the whole sequence and all layers, and one
+``aten::_cudnn_rnn_backward``. A CPU build has no cuDNN and runs one fused cell per layer and
+time step (``_thnn_fused_lstm_cell``: 3,072 launches a step for a 2-layer LSTM over 1,536
+tokens). Other dtypes take the cell path on both builds, so they are left to it.
 
 The kernels registered here for ``AutogradCUDA`` make that choice as the CUDA build does and
-call ``_cudnn_rnn`` under autograd; PyTorch's meta kernel gives its outputs, and
-:func:`cudnn_rnn_backward_meta` gives its backward's. Under autocast, a CUDA build's autocast
-wrapper of ``_cudnn_rnn`` runs it in fp16 (whatever the autocast dtype), on weights copied into
-a new fp16 buffer each call: here one cast per weight tensor stands for that copy.
+call ``_cudnn_rnn`` under autograd; :func:`cudnn_rnn_meta` and :func:`cudnn_rnn_backward_meta`
+give the outputs. ``Module.to('cuda')`` flattens the weights into one buffer
+(:func:`flatten_weight`). Under autocast, a CUDA build's autocast wrapper of ``_cudnn_rnn`` runs
+it in fp16 (whatever the autocast dtype), on the weights copied into a new fp16 buffer each
+call (:func:`_autocast_copies`).
 
 The cuDNN dropout state (dropout between layers) is cached once per device in a CUDA build; it
 is not modelled (its one-off initialisation kernel is not charged).
@@ -177,6 +178,11 @@ def reserve_bytes(cell: str, tokens: int, hidden: int, layers: int, directions: 
     return layers * directions * -(-int(per_layer) // RESERVE_ALIGN) * RESERVE_ALIGN
 
 
+def _sequence_first(t: torch.Tensor) -> torch.Tensor:
+    """A new tensor of ``t``'s batch-first shape laid out sequence-first, as cuDNN writes it."""
+    return t.new_empty((t.shape[1], t.shape[0], *t.shape[2:])).transpose(0, 1)
+
+
 def cudnn_rnn_meta(input: torch.Tensor, weight: list[torch.Tensor], weight_stride0: int,
                    weight_buf: torch.Tensor | None, hx: torch.Tensor, cx: torch.Tensor | None,
                    mode: int, hidden_size: int, proj_size: int, num_layers: int,
@@ -189,13 +195,14 @@ def cudnn_rnn_meta(input: torch.Tensor, weight: list[torch.Tensor], weight_strid
     output, hy, cy, _, buffer = _torch_cudnn_rnn_meta(
         input, weight, weight_stride0, weight_buf, hx, cx, mode, hidden_size, proj_size,
         num_layers, batch_first, dropout, train, bidirectional, batch_sizes, dropout_state)
-    if buffer is None or buffer.numel() != sum(w.numel() for w in weight):
-        buffer = weight[0].new_empty(sum(w.numel() for w in weight))  # weights not flattened
+    total = sum(w.numel() for w in weight)
+    if buffer is None or buffer.numel() != total:
+        buffer = weight[0].new_empty(total)  # weights not flattened: cuDNN copies them
     tokens = input.shape[0] if batch_sizes else input.shape[0] * input.shape[1]
     size = reserve_bytes(CELLS[mode], tokens, hidden_size, num_layers,
                          2 if bidirectional else 1, input.element_size()) if train else 0
     if batch_first and not batch_sizes:
-        output = output.transpose(0, 1).contiguous().transpose(0, 1)
+        output = _sequence_first(output)
     return output, hy, cy, input.new_empty(size, dtype=torch.uint8), buffer
 
 
@@ -212,9 +219,8 @@ def cudnn_rnn_backward_meta(input: torch.Tensor, weight: list[torch.Tensor], wei
     """Shapes of ``_cudnn_rnn_backward``'s gradients (PyTorch has no meta kernel for it):
     the input's (laid out as the forward's output), the hidden and cell states', and one per
     weight tensor."""
-    grad_input = input.new_empty(input.shape)
-    if batch_first and not batch_sizes:  # computed sequence-first, as the output
-        grad_input = grad_input.transpose(0, 1).contiguous().transpose(0, 1)
+    batch_major = batch_first and not batch_sizes  # computed sequence-first, as the output
+    grad_input = _sequence_first(input) if batch_major else input.new_empty(input.shape)
     grad_hx = hx.new_empty(hx.shape)
     grad_cx = cx.new_empty(cx.shape) if cx is not None else None
     grad_weights = [w.new_empty(w.shape) for w in weight] if output_mask[3] else []
