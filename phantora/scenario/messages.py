@@ -78,7 +78,7 @@ class _Location:
     field: FieldInfo | None
 
 
-def _unwrap(annotation: Any) -> tuple[Any, tuple[Any, ...]]:
+def unwrap(annotation: Any) -> tuple[Any, tuple[Any, ...]]:
     """Strip ``Annotated`` and ``X | None``; return the bare type and its constraints."""
     constraints: list[Any] = []
     while True:
@@ -118,7 +118,7 @@ def _locate(root: type[BaseModel], loc: tuple[int | str, ...]) -> _Location:
     parent: type[BaseModel] | None = None
     field: FieldInfo | None = None
     for part in loc:
-        bare, _ = _unwrap(annotation)
+        bare, _ = unwrap(annotation)
         if _is_union(bare) and (member := _tagged_member(bare, part)) is not None:
             annotation = member
             continue
@@ -133,7 +133,7 @@ def _locate(root: type[BaseModel], loc: tuple[int | str, ...]) -> _Location:
         else:
             path = f"{path}.{part}" if path else str(part)
             annotation, field = None, None
-        annotation, inner = _unwrap(annotation)
+        annotation, inner = unwrap(annotation)
         constraints = constraints + inner
     return _Location(path or "top level", annotation, constraints, parent, field)
 
@@ -143,7 +143,7 @@ def _locate(root: type[BaseModel], loc: tuple[int | str, ...]) -> _Location:
 _BOUNDS = ((Ge, "ge", ">="), (Gt, "gt", ">"), (Le, "le", "<="), (Lt, "lt", "<"))
 
 
-def _bounds(constraints: tuple[Any, ...]) -> str:
+def bounds(constraints: tuple[Any, ...]) -> str:
     """`` from 1 to 16``, `` >= 1`` or nothing, from annotated-types bounds."""
     found = {attr: getattr(c, attr) for c in constraints
              for kind, attr, _ in _BOUNDS if isinstance(c, kind)}
@@ -193,9 +193,9 @@ def _detail(error: ErrorDetails, where: _Location) -> str:
         keys = _keys_of(where.annotation) if _is_model(where.annotation) else "keys"
         return got + f"expected a mapping with keys {keys}"
     if kind.startswith("int_") or (kind in _RANGE_ERRORS and where.annotation is int):
-        return got + "expected an integer" + _bounds(where.constraints)
+        return got + "expected an integer" + bounds(where.constraints)
     if kind.startswith("float_") or kind in _RANGE_ERRORS:
-        return got + "expected a number" + _bounds(where.constraints)
+        return got + "expected a number" + bounds(where.constraints)
     if kind in _EXPECTED:
         return got + "expected " + _EXPECTED[kind]
     return got + error["msg"][:1].lower() + error["msg"][1:]

@@ -43,13 +43,13 @@ from phantora.scenario.model import (
     SlowGpuFault,
     TopologyName,
 )
+from phantora.scenario.keys import resolved_name
+from phantora.scenario.quantities import MAX_RATE_GBPS
 from phantora.scenario.schema import (
-    MAX_RATE_GBPS,
     MAX_SPINES,
     ClusterSpec,
     CollectivesSpec,
     NcclSpec,
-    DEFAULT_SWITCH_BUFFER_BYTES,
     FaultSpec,
     LinkDownSpec,
     NetworkSpec,
@@ -197,7 +197,7 @@ def _network(cluster: ClusterSpec, net: NetworkSpec, gpu: GpuSpec,
     link_gbps = _given(net.link_bandwidth, nic_gbps)
     before = len(problems)
     fabric = _fabric(cluster, net, nic_gbps, link_gbps, problems)
-    switch_buffer = _given(net.switch_buffer, DEFAULT_SWITCH_BUFFER_BYTES)
+    switch_buffer = net.switch_buffer
     if switch_buffer < 2 * net.mtu:
         problems.append((f"{NET}.switch_buffer",
                          f"{_bytes(switch_buffer)} is less than 2 x {NET}.mtu ({net.mtu}) "
@@ -223,8 +223,6 @@ def _network(cluster: ClusterSpec, net: NetworkSpec, gpu: GpuSpec,
 
 _ROCE_EQUIVALENT = {"switch_buffer": "buffer", "ecn_threshold": "ecn_kmin/ecn_kmax"}
 """The ``cluster.network.roce`` keys that do what a DCTCP-only key does."""
-_ROCE_UNIT_SUFFIXES = ("", "_bytes", "_ns", "_gbps")
-"""``cluster.network.roce.KEY`` sets ``RoceSettings.KEY`` plus the suffix of its unit."""
 
 
 def _roce_settings(net: NetworkSpec, nic_gbps: float,
@@ -237,18 +235,14 @@ def _roce_settings(net: NetworkSpec, nic_gbps: float,
                                             "set transport: roce or remove the roce section"))
         return None
     for key in _ROCE_EQUIVALENT:
-        if getattr(net, key) is not None:
+        if key in net.model_fields_set:
             problems.append((f"{NET}.{key}",
                              f"is a dctcp setting, but {NET}.transport is roce; use "
                              f"{NET}.roce.{_ROCE_EQUIVALENT[key]} instead"))
     spec = _given(net.roce, RoceSpec())
-    settings = preset(spec.preset, nic_gbps)
-    fields = set(RoceSettings.__dataclass_fields__)
-    overrides = {}
-    for key, value in spec.model_dump(exclude={"preset"}, exclude_none=True).items():
-        target = next(key + suffix for suffix in _ROCE_UNIT_SUFFIXES if key + suffix in fields)
-        overrides[target] = value
-    settings = replace(settings, **overrides)
+    overrides = {resolved_name(RoceSpec, key): value for key, value
+                 in spec.model_dump(exclude={"preset"}, exclude_none=True).items()}
+    settings = replace(preset(spec.preset, nic_gbps), **overrides)
     roce = f"{NET}.roce"
     if settings.ecn_kmin_bytes >= settings.ecn_kmax_bytes:
         problems.append((f"{roce}.ecn_kmax",

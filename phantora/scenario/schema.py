@@ -1,14 +1,16 @@
-"""What users write in ``scenario.yaml``: the schema, checked key by key.
+"""What users write in ``scenario.yaml``: every key declared once, checked on the way in.
 
-These models mirror the file (same key names, same nesting) and reject unknown keys. The doc
-string under each field is the reference for that key. Quantities are parsed on the way in:
-rates to Gbit/s, sizes to bytes, durations to ns. Defaults that depend on other keys stay
-``None`` here; :mod:`phantora.scenario.resolve` fills them in and runs the checks that involve
-several keys. Integers, booleans and lists are strict (``hosts: "2"`` or ``nvls: 1`` is an
-error), so a quoting slip never turns into a silently different value.
+These models mirror the file (same key names, same nesting) and reject unknown keys. Each
+field declares its key (:mod:`phantora.scenario.keys`): its unit in its type
+(:mod:`phantora.scenario.quantities`: rates to Gbit/s, sizes to bytes, durations to ns), its
+default as a user would write it (checked like a written value) or :class:`Derived` where
+other keys decide it (:mod:`phantora.scenario.resolve` computes those and runs the checks that
+involve several keys), its doc in the docstring under it, and its check in its type. The key
+reference in ``docs/scenarios.md`` is generated from these declarations. Integers, booleans and
+lists are strict (``hosts: "2"`` or ``nvls: 1`` is an error), so a quoting slip never turns
+into a silently different value.
 """
 
-from collections.abc import Callable
 from typing import Annotated, Literal, get_args
 
 from annotated_types import MinLen
@@ -23,12 +25,12 @@ from pydantic import (
     model_validator,
 )
 
-from hwmodel.measured.host_references import host_cpu_choices
 from hwmodel.catalogue import CATALOGUE
-from hwmodel.units import parse_bytes, parse_duration_ns, parse_rate_gbps
+from hwmodel.measured.host_references import host_cpu_choices
 from launch.value_policy import Routing
 from phantora.cpu_affinity import usable_cpus
 from phantora.network.roce_presets import AckPriority, CongestionControl, PresetName
+from phantora.scenario.keys import Accepts, Derived
 from phantora.scenario.messages import expected_one_of
 from phantora.scenario.model import (
     Algorithm,
@@ -40,19 +42,20 @@ from phantora.scenario.model import (
     TopologyName,
     Transport,
 )
+from phantora.scenario.quantities import (
+    BYTES,
+    WHOLE_BYTES,
+    Bytes,
+    CollectiveBytes,
+    Duration,
+    Instant,
+    QueueBytes,
+    Rate,
+)
 
-MAX_RATE_GBPS = 100_000.0
-"""100 Tbit/s: far above any link (NVLink 5 is 7.2 Tbit/s per GPU); catches a stray exponent
-before it overflows ns-3's 64-bit bit/s ``DataRate``."""
-MAX_DURATION_NS = 10**9
-"""1 s per link: datacenter links take ns to µs, so anything longer is a unit slip."""
-MAX_INSTANT_NS = 86_400 * 10**9
-"""A day of virtual time: far beyond any simulated run (minutes of training)."""
 MAX_FAULT_FACTOR = 100.0
 """A fault scales a kernel time or a NIC rate by at most 100x either way: a kernel 100x slower
 or a NIC at 1/100 of its rate is as broken as a fault gets; beyond that is a slip."""
-MAX_QUEUE_BYTES = 2**32 - 1
-"""ns-3 ``QueueSize`` counts bytes in 32 bits."""
 MAX_HOSTS = 4096
 """Far beyond what a packet-level simulation can run (32k GPUs at 8 per host); a larger
 number is a typo, and would otherwise be materialised as a graph."""
@@ -65,59 +68,6 @@ MAX_NCCL_CHANNELS = 64
 MAX_CPUS_PER_HOST = 4096
 """The most logical CPUs a simulated host may have: far above any GPU server's (a DGX H100 has
 224)."""
-
-_RATE_HINT = 'expected a rate with a unit, e.g. "400Gbps" or "50GBps"'
-_SIZE_HINT = 'expected a size in bytes, e.g. 65536, "64KiB" or "1GiB"'
-_DURATION_HINT = 'expected a duration with a unit, e.g. "500ns" or "1us"'
-
-
-def _quantity(parse: Callable[[str | int | float], int | float], hint: str, value: object,
-              *, unit_required: bool) -> int | float:
-    """Run a :mod:`hwmodel.units` parser; any failure becomes ``hint`` plus the parser's reason."""
-    accepted = (str,) if unit_required else (str, int, float)
-    if isinstance(value, bool) or not isinstance(value, accepted):
-        raise ValueError(hint)
-    try:
-        return parse(value)
-    except OverflowError:  # the parsers turn "1e400" into inf, then fail converting it
-        raise ValueError(f"{hint} (the number is too large)") from None
-    except ValueError as err:
-        reason = str(err).split(";")[0]
-        raise ValueError(hint if reason.startswith("expected") else f"{hint} ({reason})") from None
-
-
-def _rate_gbps(value: object) -> float:
-    gbps = float(_quantity(parse_rate_gbps, _RATE_HINT, value, unit_required=True))
-    if gbps > MAX_RATE_GBPS:
-        raise ValueError(f"{_RATE_HINT}, at most {MAX_RATE_GBPS / 1000:g}Tbps")
-    return gbps
-
-
-def _duration_at_most(max_ns: int, largest: str) -> Callable[[object], int]:
-    """A parser of durations up to ``max_ns`` (``largest`` as a user would write it)."""
-    def parse(value: object) -> int:
-        ns = int(_quantity(parse_duration_ns, _DURATION_HINT, value, unit_required=True))
-        if ns > max_ns:
-            raise ValueError(f"{_DURATION_HINT}, at most {largest}")
-        return ns
-    return parse
-
-
-def _size_bytes(value: object) -> int:
-    return int(_quantity(parse_bytes, _SIZE_HINT, value, unit_required=False))
-
-
-def _at_least_one_byte(nbytes: int) -> int:
-    if nbytes < 1:
-        raise ValueError("expected a size of at least 1 byte")
-    return nbytes
-
-
-def _fits_ns3_queue(nbytes: int) -> int:
-    if nbytes > MAX_QUEUE_BYTES:
-        raise ValueError(f"expected at most {MAX_QUEUE_BYTES} bytes (ns-3 queue sizes are 32-bit)")
-    return nbytes
-
 
 def _lower(value: object) -> object:
     """Choices are case-insensitive: ``DCTCP`` and ``BF16`` mean ``dctcp`` and ``bf16``."""
@@ -181,13 +131,6 @@ def _sizes_form(value: object) -> str | None:
     return "sweep" if isinstance(value, dict) else "list" if isinstance(value, list) else None
 
 
-Rate = Annotated[float, BeforeValidator(_rate_gbps)]
-Duration = Annotated[int, BeforeValidator(_duration_at_most(MAX_DURATION_NS, "1s"))]
-Instant = Annotated[int, BeforeValidator(_duration_at_most(MAX_INSTANT_NS, "86400s"))]
-"""A moment of virtual time, from the run's start."""
-Bytes = Annotated[int, BeforeValidator(_size_bytes)]
-CollectiveBytes = Annotated[Bytes, AfterValidator(_at_least_one_byte)]
-QueueBytes = Annotated[Bytes, AfterValidator(_fits_ns3_queue)]
 Choice = BeforeValidator(_lower)
 
 
@@ -197,15 +140,13 @@ def _yaml_switch(value: object) -> object:
         return "auto" if value else "off"
     return value
 
-DEFAULT_LINK_LATENCY_NS = 500
-DEFAULT_SWITCH_BUFFER_BYTES = 4 * 2**20
-DEFAULT_MTU_BYTES = 9000
-DEFAULT_CPU_TIME_PER_OP_NS = 10_000
+PRESET_DEFAULT = Derived("the preset's")
+"""A ``cluster.network.roce`` key left out takes its value from the preset."""
 
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False,
-                              use_attribute_docstrings=True)
+                              use_attribute_docstrings=True, validate_default=True)
 
 
 Fraction = Annotated[float, Field(gt=0, le=1)]
@@ -219,59 +160,67 @@ class RoceSpec(_Section):
     """Named parameter set, scaled to the NIC rate: simai (SimAI.conf: K 800/3200 KB at
     400G, 900us rate-increase timer, BDP window, acks at data priority), dcqcn-paper (Zhu et
     al. 2015: Kmin 5 KB, Kmax 200 KB at 40G, Pmax 1%, 55us timers, F 5), hpcc-dcqcn (the HPCC
-    paper's DCQCN runs). Default simai."""
-    congestion_control: Annotated[CongestionControl, Choice] | None = None
+    paper's DCQCN runs)."""
+    congestion_control: Annotated[Annotated[CongestionControl, Choice] | None,
+                                  PRESET_DEFAULT] = None
     """dcqcn, or none (PFC only: queue pairs stay at line rate)."""
-    pfc: bool | None = None
+    pfc: Annotated[bool | None, PRESET_DEFAULT] = None
     """Priority flow control (lossless). Off, a drop fails the run: the NICs do not
     retransmit."""
-    buffer: Annotated[Bytes, Field(ge=65536, le=2**34)] | None = None
+    buffer: Annotated[Annotated[Bytes, Field(ge=65536, le=2**34)] | None, PRESET_DEFAULT] = None
     """Shared packet buffer of each switch (simai: 32MB)."""
-    headroom: Annotated[Bytes, Field(ge=1, le=2**30)] | None = None
-    """PFC headroom per port; default what the link needs (2 x latency x rate, 3 frames,
-    the PFC frame). Smaller values can drop packets, which fails the run."""
-    pfc_alpha: Annotated[float, Field(gt=0, le=64)] | None = None
-    """Dynamic PFC threshold: share of the free buffer one queue may take (default 1/8)."""
-    pfc_reserve: Annotated[Bytes, Field(le=2**24)] | None = None
-    """Guaranteed buffer per ingress port and priority (default 4096)."""
-    pfc_resume_offset: Annotated[Bytes, Field(le=2**24)] | None = None
-    """XON hysteresis below the threshold (default 3072)."""
-    pfc_watchdog: Duration | None = None
-    """A pause in force this long fails the run naming the ports (default 10ms)."""
-    ecn_kmin: Annotated[Bytes, Field(le=2**32)] | None = None
+    headroom: Annotated[Annotated[Bytes, Field(ge=1, le=2**30)] | None,
+                        Derived("what the link needs: 2 x latency x rate, 3 frames, the PFC "
+                                "frame")] = None
+    """PFC headroom per port. Smaller values than the link needs can drop packets, which
+    fails the run."""
+    pfc_alpha: Annotated[Annotated[float, Field(gt=0, le=64)] | None, PRESET_DEFAULT] = None
+    """Dynamic PFC threshold: share of the free buffer one queue may take (presets: 1/8)."""
+    pfc_reserve: Annotated[Annotated[Bytes, Field(le=2**24)] | None, PRESET_DEFAULT] = None
+    """Guaranteed buffer per ingress port and priority (presets: 4096)."""
+    pfc_resume_offset: Annotated[Annotated[Bytes, Field(le=2**24)] | None,
+                                 PRESET_DEFAULT] = None
+    """XON hysteresis below the threshold (presets: 3072)."""
+    pfc_watchdog: Annotated[Duration | None, PRESET_DEFAULT] = None
+    """A pause in force this long fails the run naming the ports (presets: 10ms); at least
+    1us."""
+    ecn_kmin: Annotated[Annotated[Bytes, Field(le=2**32)] | None, PRESET_DEFAULT] = None
     """ECN: egress queue above which marking starts, at NIC rate (scaled for faster ports)."""
-    ecn_kmax: Annotated[Bytes, Field(ge=1, le=2**32)] | None = None
+    ecn_kmax: Annotated[Annotated[Bytes, Field(ge=1, le=2**32)] | None, PRESET_DEFAULT] = None
     """ECN: queue above which every data packet is marked; above ecn_kmin."""
-    ecn_pmax: Annotated[float, Field(ge=0, le=1)] | None = None
+    ecn_pmax: Annotated[Annotated[float, Field(ge=0, le=1)] | None, PRESET_DEFAULT] = None
     """ECN: marking probability at ecn_kmax."""
-    dcqcn_g: Fraction | None = None
+    dcqcn_g: Annotated[Fraction | None, PRESET_DEFAULT] = None
     """DCQCN: alpha gain g (simai 1/256)."""
-    dcqcn_alpha_interval: Annotated[Duration, Field(ge=1)] | None = None
+    dcqcn_alpha_interval: Annotated[Annotated[Duration, Field(ge=1)] | None,
+                                    PRESET_DEFAULT] = None
     """DCQCN: alpha update period (simai 1us)."""
-    dcqcn_decrease_interval: Annotated[Duration, Field(ge=1)] | None = None
+    dcqcn_decrease_interval: Annotated[Annotated[Duration, Field(ge=1)] | None,
+                                       PRESET_DEFAULT] = None
     """DCQCN: rate-decrease check period (simai 4us)."""
-    dcqcn_rp_timer: Annotated[Duration, Field(ge=1)] | None = None
+    dcqcn_rp_timer: Annotated[Annotated[Duration, Field(ge=1)] | None, PRESET_DEFAULT] = None
     """DCQCN: rate-increase timer (simai 900us)."""
-    dcqcn_fast_recovery_steps: Annotated[int, Field(ge=0, le=1000)] | None = None
+    dcqcn_fast_recovery_steps: Annotated[Annotated[int, Field(ge=0, le=1000)] | None,
+                                         PRESET_DEFAULT] = None
     """DCQCN: F, timer ticks of fast recovery before additive increase."""
-    dcqcn_rate_ai: Rate | None = None
-    """DCQCN: additive increase per tick (simai 50Mbps)."""
-    dcqcn_rate_hai: Rate | None = None
-    """DCQCN: hyper increase per tick (simai 100Mbps)."""
-    dcqcn_min_rate: Rate | None = None
+    dcqcn_rate_ai: Annotated[Rate | None, PRESET_DEFAULT] = None
+    """DCQCN: additive increase per tick (simai 50Mbps); below the NIC rate."""
+    dcqcn_rate_hai: Annotated[Rate | None, PRESET_DEFAULT] = None
+    """DCQCN: hyper increase per tick (simai 100Mbps); below the NIC rate."""
+    dcqcn_min_rate: Annotated[Rate | None, PRESET_DEFAULT] = None
     """DCQCN: lowest rate a queue pair is cut to (simai 100Mbps); below the NIC rate."""
-    dcqcn_rate_on_first_cnp: Fraction | None = None
+    dcqcn_rate_on_first_cnp: Annotated[Fraction | None, PRESET_DEFAULT] = None
     """DCQCN: rate factor applied on a queue pair's first CNP (simai 1.0)."""
-    dcqcn_clamp_target_rate: bool | None = None
+    dcqcn_clamp_target_rate: Annotated[bool | None, PRESET_DEFAULT] = None
     """DCQCN: every decrease sets the target rate to the current rate."""
-    dcqcn_cnp_interval: Duration | None = None
+    dcqcn_cnp_interval: Annotated[Duration | None, PRESET_DEFAULT] = None
     """DCQCN notification point: at most one CNP per queue pair per interval; 0us: one per
     marked packet (simai)."""
-    window: bool | None = None
+    window: Annotated[bool | None, PRESET_DEFAULT] = None
     """Bound bytes in flight per queue pair by its path's BDP, scaled by its rate."""
-    data_priority: Annotated[int, Field(ge=1, le=7)] | None = None
-    """PFC priority of data packets, 1 to 7 (default 3)."""
-    ack_priority: Annotated[AckPriority, Choice] | None = None
+    data_priority: Annotated[Annotated[int, Field(ge=1, le=7)] | None, PRESET_DEFAULT] = None
+    """PFC priority of data packets (presets: 3)."""
+    ack_priority: Annotated[Annotated[AckPriority, Choice] | None, PRESET_DEFAULT] = None
     """high (acks and CNPs never paused) or data (behind data and paused with it; simai)."""
 
 
@@ -281,43 +230,48 @@ class NetworkSpec(_Section):
     topology: Annotated[TopologyName, Choice] = "rail-optimized"
     """Fabric shape: rail-optimized (one switch per local GPU index, spines above), leaf-spine
     (two-tier Clos, a host's NICs on one leaf) or fat-tree (three-tier k-ary)."""
-    nic_bandwidth: Rate | None = None
-    """Per-GPU NIC rate, each direction; default the GPU's reference NIC in the catalogue."""
-    link_bandwidth: Rate | None = None
-    """Switch-to-switch link rate, each direction; default nic_bandwidth."""
-    link_latency: Duration = DEFAULT_LINK_LATENCY_NS
-    """Per link, propagation plus switch traversal, NIC links included; default 500ns."""
-    oversubscription: Annotated[float, Field(ge=1)] | None = None
-    """Leaf (or rail switch) downlink : uplink bandwidth; sets the spine count. Default 1.0
-    (non-blocking), or what ``spines`` gives. Not for fat-tree, which is non-blocking."""
-    hosts_per_leaf: Annotated[int, Field(ge=1, le=MAX_HOSTS)] | None = None
-    """leaf-spine only: hosts under each leaf; default max(1, 32 // gpus_per_host), i.e.
-    32 NIC ports down per leaf."""
-    spines: Annotated[int, Field(ge=1, le=MAX_SPINES)] | None = None
-    """leaf-spine and rail-optimized: spine switches, up to 1024; default derived from
-    oversubscription. Giving both is an error unless they agree."""
-    k: Annotated[int, AfterValidator(_fat_tree_k)] | None = None
-    """fat-tree only: switch radix, an even number from 4 to 64 giving k^3/4 NIC ports;
-    default the smallest that fits every GPU."""
-    mtu: Annotated[int, Field(ge=1280, le=9216)] = DEFAULT_MTU_BYTES
-    """Largest packet in bytes, 1280 (IPv6 minimum) to 9216 (jumbo); default 9000."""
-    switch_buffer: QueueBytes | None = None
+    nic_bandwidth: Annotated[Rate | None,
+                             Derived("cluster.gpu's reference NIC (hardware catalogue)")] = None
+    """Per-GPU NIC rate, each direction."""
+    link_bandwidth: Annotated[Rate | None, Derived("nic_bandwidth")] = None
+    """Switch-to-switch link rate, each direction."""
+    link_latency: Duration = "500ns"
+    """Per link, propagation plus switch traversal, NIC links included."""
+    oversubscription: Annotated[Annotated[float, Field(ge=1)] | None,
+                                Derived("1 (non-blocking), or what spines gives")] = None
+    """leaf-spine and rail-optimized: leaf (or rail switch) downlink : uplink bandwidth; sets
+    the spine count."""
+    hosts_per_leaf: Annotated[Annotated[int, Field(ge=1, le=MAX_HOSTS)] | None,
+                              Derived("max(1, 32 // gpus_per_host): 32 NIC ports down per "
+                                      "leaf")] = None
+    """leaf-spine only: hosts under each leaf."""
+    spines: Annotated[Annotated[int, Field(ge=1, le=MAX_SPINES)] | None,
+                      Derived("what oversubscription needs")] = None
+    """leaf-spine and rail-optimized: spine switches. Giving both spines and oversubscription
+    is an error unless they agree."""
+    k: Annotated[Annotated[int, AfterValidator(_fat_tree_k),
+                           Accepts(f"even integer from 4 to {MAX_FAT_TREE_K}")] | None,
+                 Derived("the smallest that fits every GPU")] = None
+    """fat-tree only: switch radix, giving k^3/4 NIC ports."""
+    mtu: Annotated[int, Field(ge=1280, le=9216), WHOLE_BYTES] = 9000
+    """Largest packet, 1280 (IPv6 minimum) to 9216 (jumbo)."""
+    switch_buffer: QueueBytes = "4MiB"
     """dctcp: egress buffer per switch port; at least 2 x mtu (roce: cluster.network.roce.buffer,
-    shared per switch). Default 4MiB: a 400G-generation
-    shallow-buffer switch (Tomahawk-3 class, about 64 MB shared by 32 x 400G ports) averages
-    2 MB per port, and its dynamic sharing lets one congested port take several times its
-    average, so 4 MiB (84 us of drain at 400 Gbps) stands for a hot port's share."""
-    ecn_threshold: QueueBytes | None = None
-    """dctcp: queue length at which switches mark ECN (DCTCP's K); at least mtu, below
-    switch_buffer (roce: cluster.network.roce.ecn_kmin/ecn_kmax).
-    Default K = 0.17 x NIC rate x base RTT (Alizadeh et al., "Analysis of DCTCP",
-    SIGMETRICS 2011), the RTT over the topology's longest path, kept within [mtu,
-    switch_buffer / 2] so marking always starts before drops."""
+    shared per switch). The default stands for a hot port's share of a 400G-generation
+    shallow-buffer switch (Tomahawk-3 class, about 64 MB shared by 32 x 400G ports): 2 MB per
+    port on average, and dynamic sharing lets one congested port take several times that;
+    4 MiB is 84 us of drain at 400 Gbps."""
+    ecn_threshold: Annotated[QueueBytes | None,
+                             Derived("0.17 x NIC rate x base RTT over the topology's longest "
+                                     "path, within [mtu, switch_buffer / 2]")] = None
+    """dctcp: queue length at which switches mark ECN (DCTCP's K; Alizadeh et al., "Analysis
+    of DCTCP", SIGMETRICS 2011); at least mtu, below switch_buffer (roce:
+    cluster.network.roce.ecn_kmin/ecn_kmax)."""
     transport: Annotated[Transport, Choice] = "roce"
-    """roce (default: RDMA over a lossless fabric with PFC, ECN and DCQCN, tuned under
+    """roce (RDMA over a lossless fabric with PFC, ECN and DCQCN, tuned under
     cluster.network.roce; what GPU clusters run) or dctcp (TCP with DCTCP over ECN-marking
     switches, on ns-3's TCP/IP stack; about 2.5x slower to simulate)."""
-    roce: RoceSpec | None = None
+    roce: Annotated[RoceSpec | None, Derived("the simai preset (transport: roce)")] = None
     """RoCE settings (transport: roce only): a preset and per-key overrides."""
     backend: Annotated[BackendName, Choice] = "ns3"
     """Network model: ns3 (packet-level) or flow (fluid max-min, faster, no queues)."""
@@ -326,32 +280,36 @@ class NetworkSpec(_Section):
 class ClusterSpec(_Section):
     """``cluster``: identical hosts of GPUs, and the fabric between them."""
 
-    gpu: Annotated[str, Choice, AfterValidator(_catalogue_gpu)]
+    gpu: Annotated[str, Choice, AfterValidator(_catalogue_gpu),
+                   Accepts("a hardware-catalogue GPU: " + " | ".join(sorted(CATALOGUE)))]
     """GPU model: a hardware-catalogue key such as h100 or a100-80g, in any case."""
     hosts: Annotated[int, Field(ge=1, le=MAX_HOSTS)] = 1
-    """Number of servers, up to 4096; default 1."""
+    """Number of servers."""
     gpus_per_host: Annotated[int, Field(ge=1, le=16)] = 8
-    """GPUs on each server's NVSwitch, 1 to 16; default 8."""
-    cpus_per_host: Annotated[int, Field(ge=1, le=MAX_CPUS_PER_HOST)] | None = None
+    """GPUs on each server's NVSwitch."""
+    cpus_per_host: Annotated[Annotated[int, Field(ge=1, le=MAX_CPUS_PER_HOST)] | None,
+                             Derived("the GPU's reference server's CPUs per GPU x "
+                                     "gpus_per_host (DGX H100, H200, B200: 28 per GPU; DGX "
+                                     "A100: 32)")] = None
     """Logical CPUs of each server, what the script sees in os.cpu_count() and
-    os.sched_getaffinity(0) (a DataLoader sizes its workers by it); default the GPU's reference
-    server per GPU times gpus_per_host (DGX H100, H200, B200: 28 per GPU, 224 for 8; DGX A100:
-    32). Where the simulation really runs is simulation.cpus."""
-    nvlink_bandwidth: Rate | None = None
-    """NVLink rate per GPU and direction; default the GPU's catalogue figure."""
-    network: NetworkSpec | None = None
-    """The fabric between hosts; only with hosts >= 2 (defaults apply when left out)."""
-    calibration: Annotated[str, MinLen(1)] | None = None
+    os.sched_getaffinity(0) (a DataLoader sizes its workers by it). Where the simulation really
+    runs is simulation.cpus."""
+    nvlink_bandwidth: Annotated[Rate | None, Derived("the GPU's (hardware catalogue)")] = None
+    """NVLink rate per GPU and direction."""
+    network: Annotated[NetworkSpec | None, Derived("its keys' defaults, with hosts >= 2")] = None
+    """The fabric between hosts; only with hosts >= 2."""
+    calibration: Annotated[Annotated[str, MinLen(1)] | None,
+                           Derived("none: the packaged kernel tables")] = None
     """Kernel calibration file (phantora-ns3 calibrate), relative to the scenario file: kernel
     times come from it and the roofline fitted to it, not from the packaged tables."""
-    host: Annotated[str, MinLen(1)] | None = None
+    host: Annotated[Annotated[str, MinLen(1)] | None,
+                    Derived("simulation.host_cpu's reference host, else the GPU's")] = None
     """Host profile: what each host's CPU spends per mechanism (op dispatch, autograd, DTensor,
     collective calls, synchronisation, Python). A bundled one (h100-host, h200-host) or a file
-    from phantora-ns3 host-profile, relative to the scenario file; default
-    simulation.host_cpu's reference host, else the GPU's."""
+    from phantora-ns3 host-profile, relative to the scenario file."""
     host_speed: Annotated[float, Field(gt=0, le=100)] = 1.0
     """How many times as fast as its profile the simulated host runs (0.5: every host cost
-    doubles); default 1."""
+    doubles)."""
 
 
 class NcclSpec(_Section):
@@ -361,21 +319,22 @@ class NcclSpec(_Section):
     """auto (NCCL's tuner), ring, tree or nvls."""
     protocol: Annotated[Protocol, Choice] = "auto"
     """auto (NCCL's tuner), simple, ll or ll128."""
-    channels: Annotated[int | None, BeforeValidator(_channels)] = None
-    """"auto" (default; chosen per collective) or a fixed count from 1 to 64."""
+    channels: Annotated[int | None, BeforeValidator(_channels),
+                        Accepts(f"auto | integer from 1 to {MAX_NCCL_CHANNELS}")] = "auto"
+    """auto (chosen per collective) or a fixed count."""
     nvls: bool = False
-    """Allow NVLink SHARP (in-switch reduction); default false, as on the measured hosts."""
+    """Allow NVLink SHARP (in-switch reduction); off on the measured hosts."""
 
 
 class SizeSweepSpec(_Section):
     """``workload.collectives.sizes`` as a sweep: min, min*factor, ... up to max."""
 
     min: CollectiveBytes
-    """Smallest size in bytes, e.g. 64KiB."""
+    """Smallest size."""
     max: CollectiveBytes
     """Largest size (inclusive, if the sweep lands on it)."""
     factor: Annotated[int, Field(ge=2)] = 2
-    """Multiplier between sizes; default 2."""
+    """Multiplier between sizes."""
 
 
 Sizes = Annotated[
@@ -392,36 +351,37 @@ class CollectivesSpec(_Section):
 
     ops: Annotated[list[Annotated[CollectiveOp, Choice]], MinLen(1)]
     """Collectives to run, e.g. [all_reduce, all_gather]."""
-    sizes: Sizes
+    sizes: Annotated[Sizes, Accepts("list of sizes (bytes), or a sweep mapping"), BYTES]
     """Total bytes per collective (nccl-tests convention): a list such as [65536, "1MiB"] or
     a sweep {min: 64KiB, max: 1GiB, factor: 2}."""
     dtype: Annotated[Dtype, Choice] = "bf16"
     """Element type; sizes must split into whole elements (and, for all_gather,
-    reduce_scatter and all_to_all, whole elements per rank). Default bf16."""
-    ranks: list[Annotated[int, Field(ge=0)]] | None = None
-    """Global GPU indices forming the communicator, in rank order; default every GPU."""
+    reduce_scatter and all_to_all, whole elements per rank)."""
+    ranks: Annotated[list[Annotated[int, Field(ge=0)]] | None, Derived("every GPU")] = None
+    """Global GPU indices forming the communicator, in rank order."""
 
 
 class WorkloadSpec(_Section):
     """``workload``: what to run, exactly one of collectives, script or module."""
 
-    collectives: CollectivesSpec | None = None
+    collectives: Annotated[CollectivesSpec | None, Derived("none")] = None
     """Collective operations alone, like nccl-tests."""
-    script: Annotated[str, MinLen(1)] | None = None
+    script: Annotated[Annotated[str, MinLen(1)] | None, Derived("none")] = None
     """A live training script, run unmodified as torchrun would; path relative to the
     scenario file's folder."""
-    module: Annotated[str, MinLen(1)] | None = None
+    module: Annotated[Annotated[str, MinLen(1)] | None, Derived("none")] = None
     """Instead of a script, an installed module run as ``torchrun -m`` would (a framework's own
     entry point, e.g. ``torchtitan.train``)."""
-    workdir: Annotated[str, MinLen(1)] | None = None
+    workdir: Annotated[Annotated[str, MinLen(1)] | None,
+                       Derived("the folder phantora-ns3 was started in, as torchrun")] = None
     """The folder every rank runs in, relative to the scenario file's folder (relative paths in
-    the program's arguments and config files resolve against it); default the folder
-    phantora-ns3 was started in, as torchrun."""
+    the program's arguments and config files resolve against it)."""
     args: list[str] = []
     """The program's command-line arguments (``sys.argv[1:]``); ``{out}`` in one becomes the
     run's output folder (where a framework should write its own logs and dumps)."""
-    nproc_per_node: Annotated[int, Field(ge=1, le=16)] | None = None
-    """Ranks per host, as torchrun's; default cluster.gpus_per_host."""
+    nproc_per_node: Annotated[Annotated[int, Field(ge=1, le=16)] | None,
+                              Derived("cluster.gpus_per_host")] = None
+    """Ranks per host, as torchrun's."""
     env: dict[str, Annotated[str, BeforeValidator(_env_value)]] = {}
     """Extra environment variables for every rank."""
 
@@ -433,9 +393,9 @@ class SimulationSpec(_Section):
     """Charge a fixed CPU cost per intercepted op instead of measuring the script's CPU time,
     and start every rank's wall clock at a fixed epoch: two runs give the same numbers, bit
     for bit (so do two runs with counted host time)."""
-    cpu_time_per_op: Duration = DEFAULT_CPU_TIME_PER_OP_NS
+    cpu_time_per_op: Duration = "10us"
     """Reproducible mode's CPU cost of one intercepted op (the script's Python and PyTorch
-    overhead around it), on top of the kernel launch overhead; default 10us."""
+    overhead around it), on top of the kernel launch overhead."""
     host_time: Literal["counted", "measured"] = "counted"
     """How the script's own Python between intercepted ops (the part of host time no table
     charges) is timed: counted (its lines and calls, at what the reference host pays per line
@@ -443,17 +403,19 @@ class SimulationSpec(_Section):
     intercept/host_time/python_work.py) or measured (this machine's CPU time, converted to the reference
     host's speed: follows C work the count misses, but moves with this machine's load). Not
     used when reproducible."""
-    host_cpu: Annotated[str, Choice, AfterValidator(_host_cpu)] | None = None
+    host_cpu: Annotated[Annotated[str, Choice, AfterValidator(_host_cpu),
+                                  Accepts(" | ".join(host_cpu_choices()))] | None,
+                        Derived("the reference host of cluster.gpu, else the H100's")] = None
     """Which reference GPU host's CPU the host time is charged at (h100-host, h200-host, ...:
     its tables, and the speed of its benchmark in intercept/host_time/host_benchmark.py, into which
     measured CPU time is converted), or native (host_time: measured only: this machine's CPU
-    time as measured, so results depend on its speed and load). Default the reference host of
-    cluster.gpu, else the H100's. Not used when reproducible."""
+    time as measured, so results depend on its speed and load). Not used when reproducible."""
     overlap_slowdown: bool = True
     """Slow kernels that run while a collective is in flight on the same GPU (NCCL's channels
     take SMs and memory bandwidth) by the factors measured on 2xH200
     (phantora/engine/overlap.py); false: kernels run as if alone."""
-    routing: Annotated[str, AfterValidator(_routing)] = "uniform"
+    routing: Annotated[str, AfterValidator(_routing),
+                       Accepts("uniform | balanced | zipf:<s> | trace:<file>")] = "uniform"
     """Which experts a router's top-k picks from fake logits (launch/value_policy.py):
     uniform (every k-subset equally likely), balanced (round-robin: every expert equally
     often), zipf:<s> (expert popularity ~ 1/rank^s, shuffled per layer), or trace:<file>
@@ -463,10 +425,12 @@ class SimulationSpec(_Section):
     """An op whose output shape depends on values the simulator does not know (nonzero of a
     fake float): error (stop, naming the op and script line) or half (keep half of the
     elements)."""
-    cpus: Annotated[int, Field(ge=1), AfterValidator(_usable_cpu_count)] | None = None
+    cpus: Annotated[Annotated[int, Field(ge=1), AfterValidator(_usable_cpu_count)] | None,
+                    Derived("1 for a single rank on a machine with at most 2 CPUs, else "
+                            "all")] = None
     """How many of this machine's CPUs a live script's simulation (coordinator and ranks) runs
-    on; default 1 for a single rank on a machine with at most 2 CPUs (whose CPUs slow each
-    other, which would show in the measured host time: phantora/cpu_affinity.py), else all."""
+    on (on a machine with at most 2 CPUs, a single rank's CPUs slow each other, which would
+    show in the measured host time: phantora/cpu_affinity.py)."""
     dedup: Annotated[Literal["auto", "off"], BeforeValidator(_yaml_switch)] = "auto"
     """auto: data-parallel replicas run as one live rank per class (plus one live witness
     checked against it), the others mirror it on their own GPU and groups
@@ -514,9 +478,9 @@ class LinkDownSpec(_Section):
     """link_down: the named link fails at ``at`` and stays down; routing avoids it."""
     link: Annotated[str, MinLen(1)]
     """A switch-to-switch fabric link by its two ends, e.g. rail0-spine1 or leaf0-spine1."""
-    at: Instant = 0
-    """When it fails, in virtual time from the run's start, e.g. 20ms; default 0 (down from
-    the start)."""
+    at: Instant = "0s"
+    """When it fails, in virtual time from the run's start, e.g. 20ms (0s: down from the
+    start)."""
 
 
 class _UnknownFaultSpec(BaseModel):
@@ -548,10 +512,11 @@ FaultSpec = Annotated[
 class ScenarioSpec(_Section):
     """A whole ``scenario.yaml``."""
 
-    name: Annotated[str, MinLen(1)] | None = None
-    """Label for reports; default the file name without extension."""
+    name: Annotated[Annotated[str, MinLen(1)] | None,
+                    Derived("the file name without extension")] = None
+    """Label for reports."""
     seed: Annotated[int, Field(ge=0, le=2**32 - 1)] = 0
-    """Seed of every random choice, for reproducible runs; default 0."""
+    """Seed of every random choice, for reproducible runs."""
     cluster: ClusterSpec
     """The simulated hardware: gpu, hosts, gpus_per_host, nvlink_bandwidth, network."""
     nccl: NcclSpec = NcclSpec()
@@ -562,6 +527,6 @@ class ScenarioSpec(_Section):
     simulation: SimulationSpec = SimulationSpec()
     """Timing and values of live scripts: reproducible, cpu_time_per_op, host_time, host_cpu,
     overlap_slowdown, routing, unknown_shapes, cpus, dedup."""
-    faults: list[FaultSpec] = []
+    faults: Annotated[list[FaultSpec], Accepts("list of faults, each a mapping with its kind")] = []
     """Faults and stragglers to inject: slow_gpu (ranks' kernels slower), nic_degrade (hosts'
     NICs slower), link_down (a fabric link fails at a moment of the run)."""

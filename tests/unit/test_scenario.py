@@ -7,14 +7,12 @@ from pathlib import Path
 from typing import Any, get_args
 
 import pytest
-from pydantic import BaseModel
 
 from hwmodel.catalogue import CATALOGUE
 from hwmodel.errors import ScenarioError
 from phantora.scenario import DTYPE_BYTES, load_scenario, parse_scenario
 from phantora.scenario.messages import did_you_mean
 from phantora.scenario.model import Dtype
-from phantora.scenario.schema import ScenarioSpec
 
 SOURCE = "scenarios/x.yaml"
 WORKLOAD: dict[str, Any] = {"collectives": {"ops": ["all_reduce"], "sizes": [1048576]}}
@@ -180,24 +178,6 @@ def test_echo_is_json_and_holds_resolved_values() -> None:
     assert echo["cluster"]["network"]["topology"] == {"kind": "rail-optimized", "spines": 2,
                                                       "oversubscription": 1.0}
     assert echo["workload"]["ranks"] == list(range(16))
-
-
-def test_every_schema_field_is_documented() -> None:
-    def models(model: type[BaseModel]) -> set[type[BaseModel]]:
-        found = {model}
-        for field in model.model_fields.values():
-            for arg in _flatten(field.annotation):
-                if isinstance(arg, type) and issubclass(arg, BaseModel) and arg not in found:
-                    found |= models(arg)
-        return found
-
-    undocumented = [f"{model.__name__}.{name}" for model in models(ScenarioSpec)
-                    for name, field in model.model_fields.items() if not field.description]
-    assert undocumented == []
-
-
-def _flatten(annotation: Any) -> list[Any]:
-    return [annotation] + [leaf for arg in get_args(annotation) for leaf in _flatten(arg)]
 
 
 def test_dtype_sizes_cover_every_dtype() -> None:
