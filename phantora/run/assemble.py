@@ -28,6 +28,7 @@ from phantora.collectives import NcclConfig, SystemInfo
 from phantora.network.base import LinkFailure, NetworkBackend
 from phantora.network.composite import CompositeBackend
 from phantora.network.flow import FluidBackend
+from phantora.network.mirror import rail_mirrored
 from phantora.scenario.messages import Problem, did_you_mean, scenario_error
 from phantora.scenario.model import (
     ClusterConfig,
@@ -193,7 +194,8 @@ def make_backend(topology: Topology, network: NetworkConfig | None, seed: int,
                        switch_buffer_bytes=network.switch_buffer_bytes,
                        ecn_threshold_bytes=network.ecn_threshold_bytes,
                        transport=network.transport, roce=network.roce, seed=seed + 1)
-    return CompositeBackend(topology, intra, Ns3Backend(topology, config, failures=failures))
+    return CompositeBackend(topology, intra, rail_mirrored(
+        topology, lambda: Ns3Backend(topology, config, failures=failures), network.symmetry))
 
 
 def nccl_config(overrides: NcclOverrides) -> NcclConfig:

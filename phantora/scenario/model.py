@@ -15,6 +15,7 @@ from phantora.network.roce_presets import RoceSettings
 TopologyName = Literal["rail-optimized", "leaf-spine", "fat-tree"]
 Transport = Literal["dctcp", "roce"]
 BackendName = Literal["ns3", "flow"]
+Symmetry = Literal["auto", "approximate", "off"]
 Algorithm = Literal["auto", "ring", "tree", "nvls"]
 Protocol = Literal["auto", "simple", "ll", "ll128"]
 CollectiveOp = Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
@@ -87,6 +88,8 @@ class NetworkConfig(_Resolved):
     roce: RoceSettings | None
     """PFC, ECN and DCQCN settings; ``None`` unless ``transport`` is roce."""
     backend: BackendName
+    symmetry: Symmetry
+    """Rail mirroring of the ns3 backend (``phantora.network.mirror``)."""
 
 
 class ClusterConfig(_Resolved):

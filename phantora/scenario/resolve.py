@@ -218,7 +218,8 @@ def _network(cluster: ClusterSpec, net: NetworkSpec, gpu: GpuSpec,
     return NetworkConfig(topology=fabric, nic_gbps=nic_gbps, link_gbps=link_gbps,
                          link_latency_ns=net.link_latency, mtu_bytes=net.mtu,
                          switch_buffer_bytes=switch_buffer, ecn_threshold_bytes=ecn_bytes,
-                         transport=net.transport, roce=roce, backend=net.backend)
+                         transport=net.transport, roce=roce, backend=net.backend,
+                         symmetry=net.symmetry)
 
 
 _ROCE_EQUIVALENT = {"switch_buffer": "buffer", "ecn_threshold": "ecn_kmin/ecn_kmax"}

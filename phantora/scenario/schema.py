@@ -39,6 +39,7 @@ from phantora.scenario.model import (
     Dtype,
     FaultKind,
     Protocol,
+    Symmetry,
     TopologyName,
     Transport,
 )
@@ -275,6 +276,11 @@ class NetworkSpec(_Section):
     """RoCE settings (transport: roce only): a preset and per-key overrides."""
     backend: Annotated[BackendName, Choice] = "ns3"
     """Network model: ns3 (packet-level) or flow (fluid max-min, faster, no queues)."""
+    symmetry: Annotated[Symmetry, Choice] = "auto"
+    """ns3 on a fabric of rails: auto simulates rails that carry identical flows once and
+    mirrors them (exact; docs/scale.md), approximate also mirrors rails whose flow sizes
+    differ by up to 0.1% (NCCL's uneven split of a buffer over channels), off simulates every
+    rail."""
 
 
 class ClusterSpec(_Section):
