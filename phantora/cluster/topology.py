@@ -118,6 +118,20 @@ class Topology:
                 return index
         return None
 
+    def fastest_nic_gbps(self) -> float:
+        """The fastest NIC's rate: the hosts' NIC rate (``HostSpec.nic_gbps``) unless a
+        ``nic_degrade`` fault slowed every host's or sped one up; 0 without a fabric. RoCE
+        queue pairs start at it, TCP windows are sized by it."""
+        return max(self._nic_rates_gbps(), default=0.0)
+
+    def slowest_nic_gbps(self) -> float:
+        """The slowest NIC's rate, what NCCL's ranks agree on (the minimum of their graphs'
+        bandwidths); 0 without a fabric."""
+        return min(self._nic_rates_gbps(), default=0.0)
+
+    def _nic_rates_gbps(self) -> list[float]:
+        return [link.gbps for link in self.links if link.kind is LinkKind.NIC]
+
     def fabric_links(self) -> list[int]:
         """Indices of the links that make up the inter-host fabric (NICs included)."""
         return [i for i, link in enumerate(self.links) if link.kind is not LinkKind.NVLINK]

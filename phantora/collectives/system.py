@@ -40,7 +40,7 @@ class SystemInfo:
         nvlink = topology.links[topology.nvlink_of(0)]
         nic_gbps, net_latency_ns = 0.0, 0
         if topology.hosts > 1:
-            nic_gbps = min(link.gbps for link in topology.links if link.kind is LinkKind.NIC)
+            nic_gbps = topology.slowest_nic_gbps()
             # Same rail on the next host: the path NCCL's rail-aligned rings and trees take.
             path = topology.fabric_path(0, topology.gpus_per_host, flow_key=0)
             net_latency_ns = sum(topology.links[link].latency_ns for link in path)

@@ -13,6 +13,7 @@ import pytest
 from phantora.cluster.topology import HostSpec, Topology, rail_optimized
 from phantora.network.base import NetworkBackend
 from phantora.network.flow import FluidBackend
+from phantora.network.roce_presets import preset
 
 pytestmark = pytest.mark.ns3
 
@@ -43,7 +44,9 @@ def _both(topology: Topology, flows: list[tuple[int, int, int]], transport: str
 
     fluid = FluidBackend(topology, scope="inter")
     fluid_ns = _completion_ns(fluid, flows)
-    with Ns3Backend(topology, Ns3Config(transport=transport)) as packets:  # type: ignore[arg-type]
+    roce = preset("simai", topology.fastest_nic_gbps()) if transport == "roce" else None
+    config = Ns3Config(transport=transport, roce=roce)  # type: ignore[arg-type]
+    with Ns3Backend(topology, config) as packets:
         packet_ns = _completion_ns(packets, flows)
         extra = packets.stats().extra
     return fluid_ns, packet_ns, extra

@@ -16,6 +16,7 @@ from phantora.cluster.topology import HostSpec, Topology, leaf_spine, rail_optim
 from phantora.network.base import LinkFailure, NetworkBackend
 from phantora.network.flow import FluidBackend
 from phantora.network.flow.routing import ecmp_key
+from phantora.network.roce_presets import preset
 
 from .test_ns3_backend import ns3_test, run_until_idle
 
@@ -123,10 +124,10 @@ def test_bad_failures_are_refused_by_both_backends(case: int) -> None:
     expected, failures = bad_failures(topology)[case]
     with pytest.raises(BackendError, match=expected):
         FluidBackend(topology, "inter", failures)
-    from phantora.network.ns3 import Ns3Backend
+    from phantora.network.ns3 import Ns3Backend, Ns3Config
 
     with pytest.raises(BackendError, match=expected):  # raised before ns-3 is touched
-        Ns3Backend(topology, failures=failures)
+        Ns3Backend(topology, Ns3Config(transport="dctcp"), failures=failures)
 
 
 # -- fluid backend -------------------------------------------------------------------------
@@ -192,7 +193,8 @@ def ns3_run(transport: str, pairs: Sequence[tuple[int, int]],
             start_ns: int = 0) -> tuple[dict[int, int], dict[str, int | float | str]]:
     from phantora.network.ns3 import Ns3Backend, Ns3Config
 
-    with Ns3Backend(rail(), Ns3Config(transport=transport), failures) as backend:
+    roce = preset("simai", HOST.nic_gbps) if transport == "roce" else None
+    with Ns3Backend(rail(), Ns3Config(transport=transport, roce=roce), failures) as backend:
         ids = start_flows(backend, pairs, start_ns)
         ends = run_until_idle(backend)
         extra = backend.stats().extra

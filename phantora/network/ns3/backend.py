@@ -45,7 +45,7 @@ class Ns3Backend:
 
     _closed: bool
 
-    def __init__(self, topology: Topology, config: Ns3Config | None = None,
+    def __init__(self, topology: Topology, config: Ns3Config,
                  failures: Sequence[LinkFailure] = ()) -> None:
         """``failures``: fabric or NIC links of ``topology`` that go down mid-run."""
         global _open_backend
@@ -56,7 +56,7 @@ class Ns3Backend:
         self._closed = True  # until construction succeeds
         self._failures = check_failures(topology, failures, _MAX_TIME_NS)
         setup_start = time.process_time()
-        self._config = config if config is not None else Ns3Config()
+        self._config = config
         self._topology = topology
         lib = loader.load()
         self._ns3 = lib.ns3

@@ -45,7 +45,8 @@ class Ns3Config:
     DCTCP's, ``roce`` holds RoCE's."""
 
     roce: RoceSettings | None = None
-    """RoCE settings (``transport="roce"``); ``None``: the simai preset at the NIC rate."""
+    """RoCE settings, required with ``transport="roce"`` (a scenario's are resolved from its
+    preset and overrides; :func:`~phantora.network.roce_presets.preset` gives a preset's)."""
 
     tcp_buffer_bytes: int | None = None
     """TCP send and receive buffer per connection; the send buffer bounds the data in flight.
@@ -114,6 +115,16 @@ class Ns3Config:
         _check_range("tcp_delayed_ack_timeout_ns", self.tcp_delayed_ack_timeout_ns, 1,
                      1_000_000_000, "1 ns to 1 s")
         _check_range("seed", self.seed, 1, _UINT32_MAX, "ns-3 seeds are non-zero 32-bit")
+        if self.transport == "roce":
+            self.roce_settings()
+
+    def roce_settings(self) -> RoceSettings:
+        """The RoCE settings; a ``ValueError`` where ``transport="roce"`` comes without them."""
+        if self.roce is None:
+            raise ValueError("Ns3Config.roce: required with transport 'roce'; pass the "
+                             "scenario's resolved settings or roce_presets.preset(name, "
+                             "nic_gbps)")
+        return self.roce
 
     @property
     def segment_bytes(self) -> int:

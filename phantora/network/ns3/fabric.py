@@ -106,8 +106,7 @@ def path_buffer_bytes(topology: Topology, config: Ns3Config, hops: int, latency_
     NIC. An ACK waits behind no data (NicQueueDisc), so that is the RTT TCP sees on an idle
     path.
     """
-    nic_gbps = max((link.gbps for link in topology.links if link.kind is LinkKind.NIC),
-                   default=slowest_gbps)
+    nic_gbps = topology.fastest_nic_gbps() or slowest_gbps
     rtt_ns = 2 * (latency_ns + hops * config.mtu_bytes * 8 / slowest_gbps)
     bdp_bytes = nic_gbps * rtt_ns / 8
     segments = max(16, math.ceil(2 * bdp_bytes / config.segment_bytes))

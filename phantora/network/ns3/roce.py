@@ -21,10 +21,10 @@ from types import SimpleNamespace
 from typing import Any
 
 from hwmodel.errors import BackendError
-from phantora.cluster.topology import LinkKind, Topology
+from phantora.cluster.topology import Topology
 from phantora.network.ns3.config import Ns3Config
 from phantora.network.ns3.fabric import Fabric, build_fabric
-from phantora.network.roce_presets import RoceSettings, preset
+from phantora.network.roce_presets import RoceSettings
 
 ROCE_HEADER_BYTES = 44
 """IPv4 20 + UDP 8 + BTH 12 + ICRC 4, inside the IP MTU."""
@@ -38,18 +38,13 @@ HOT_PORTS = 5
 """Ports listed in ``NetworkStats.hot_ports``: the most paused, then the longest queues."""
 
 
-def nic_gbps_of(topology: Topology) -> float:
-    """The fastest NIC of the fabric: the rate queue pairs start at."""
-    return max(link.gbps for link in topology.links if link.kind is LinkKind.NIC)
-
-
 class RoceTransport:
     """Builds the RoCE fabric and sends messages on its queue pairs."""
 
     def __init__(self, lib: SimpleNamespace, topology: Topology, config: Ns3Config) -> None:
         self._topology = topology
-        self._nic_gbps = nic_gbps_of(topology)
-        self.settings = config.roce or preset("simai", self._nic_gbps)
+        self._nic_gbps = topology.fastest_nic_gbps()
+        self.settings = config.roce_settings()
         self._frame_bytes = config.mtu_bytes + ETHERNET_FRAMING_BYTES
         helper = lib.phantora.RoceFabricHelper(self._params(lib, config))
         try:
