@@ -9,7 +9,7 @@ renders those, and the resolver's cross-field problems, in the project's error s
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 from typing import Annotated, Any, Union, get_args, get_origin
@@ -38,10 +38,30 @@ def show(value: Any) -> str:
     return text if len(text) <= _MAX_VALUE_CHARS else text[:_MAX_VALUE_CHARS - 3] + "..."
 
 
+def show_number(value: float) -> str:
+    """``400``, ``2.5``, ``1638400``: no trailing ``.0``, no exponent for big round numbers."""
+    return f"{value:.10g}"
+
+
+def show_gbps(rate: float) -> str:
+    return f"{show_number(rate)} Gbps"
+
+
 def join_words(words: Iterable[str]) -> str:
     """``a``, ``a and b``, ``a, b and c``."""
     items = list(words)
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def reject_repeats(path: str, items: Sequence[object], what: str,
+                   problems: list[Problem]) -> None:
+    """A problem for each item of ``items`` (at ``path``) that an earlier one repeats."""
+    first_at: dict[object, int] = {}
+    for index, item in enumerate(items):
+        if item in first_at:
+            problems.append((f"{path}[{index}]", f"{what} {item} is already at "
+                                                 f"[{first_at[item]}]; list each {what} once"))
+        first_at.setdefault(item, index)
 
 
 def did_you_mean(word: object, options: Iterable[str]) -> str | None:

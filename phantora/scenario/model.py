@@ -216,7 +216,7 @@ class NicDegradeFault(_Resolved):
 
 class LinkDownFault(_Resolved):
     """A fabric link, named by its two ends (``Topology.link_name``), fails at ``at_ns`` and
-    stays down; the name is checked against the built topology (``phantora.run.assemble``)."""
+    stays down; the name is checked against the cluster graph (``phantora.scenario.faults``)."""
 
     kind: Literal["link_down"] = "link_down"
     link: str

@@ -1,13 +1,13 @@
 """From a schema-valid :class:`ScenarioSpec` to a resolved :class:`Scenario`.
 
 Fills the defaults that depend on other keys (catalogue rates, spine count, fat-tree k, ECN
-threshold, ranks) and runs every check that involves more than one key. Problems are
+threshold, ranks) and runs every check that involves more than one key (the faults':
+:mod:`phantora.scenario.faults`). Problems are
 collected, not raised one at a time, so a user fixes a file in one pass; each message shows
 every factor that went into it.
 """
 
 import importlib.util
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from math import ceil
 from pathlib import Path
@@ -23,41 +23,40 @@ from launch.value_policy import Routing
 from phantora.cluster.topology import uplinks_for
 from phantora.cpu_affinity import default_cpus
 from phantora.network.roce_presets import RoceSettings, preset
-from phantora.scenario.messages import Problem, join_words, scenario_error
+from phantora.scenario.messages import (
+    Problem,
+    join_words,
+    reject_repeats,
+    scenario_error,
+    show_gbps,
+    show_number,
+)
 from phantora.scenario.model import (
     DTYPE_BYTES,
     ClusterConfig,
     CollectivesWorkload,
     Fabric,
     FatTreeFabric,
-    Fault,
     LeafSpineFabric,
-    LinkDownFault,
     NcclOverrides,
     NetworkConfig,
-    NicDegradeFault,
     RailOptimizedFabric,
     Scenario,
     ScriptWorkload,
     SimulationConfig,
-    SlowGpuFault,
     TopologyName,
 )
+from phantora.scenario.faults import resolve_faults
 from phantora.scenario.keys import resolved_name
-from phantora.scenario.quantities import MAX_RATE_GBPS
 from phantora.scenario.schema import (
     MAX_SPINES,
     ClusterSpec,
     CollectivesSpec,
     NcclSpec,
-    FaultSpec,
-    LinkDownSpec,
     NetworkSpec,
-    NicDegradeSpec,
     RoceSpec,
     ScenarioSpec,
     SizeSweepSpec,
-    SlowGpuSpec,
 )
 
 T = TypeVar("T")
@@ -91,7 +90,7 @@ def resolve_scenario(spec: ScenarioSpec, source: str) -> Scenario:
     workload = _workload(spec, gpu, source, problems)
     routing = _routing(spec.simulation.routing, source, problems)
     faults = () if cluster is None or workload is None else \
-        _faults(spec.faults, cluster, workload, problems)
+        resolve_faults(spec.faults, cluster, workload, problems)
     if problems or cluster is None or workload is None:
         raise scenario_error(source, problems)
     return Scenario(name=_given(spec.name, Path(source).stem), seed=spec.seed, source=source,
@@ -114,15 +113,6 @@ def resolve_scenario(spec: ScenarioSpec, source: str) -> Scenario:
 def _given(value: T | None, default: T) -> T:
     """``value`` unless the user left it out."""
     return default if value is None else value
-
-
-def _num(value: float) -> str:
-    """``400``, ``2.5``, ``1638400``: no trailing ``.0``, no exponent for big round numbers."""
-    return f"{value:.10g}"
-
-
-def _gbps(rate: float) -> str:
-    return f"{_num(rate)} Gbps"
 
 
 def _bytes(nbytes: int) -> str:
@@ -253,8 +243,8 @@ def _roce_settings(net: NetworkSpec, nic_gbps: float,
     for key in ("dcqcn_min_rate", "dcqcn_rate_ai", "dcqcn_rate_hai"):
         if getattr(settings, key + "_gbps") >= nic_gbps:
             problems.append((f"{roce}.{key}",
-                             f"{_gbps(getattr(settings, key + '_gbps'))} is not below the NIC "
-                             f"rate ({_gbps(nic_gbps)}); use a smaller rate"))
+                             f"{show_gbps(getattr(settings, key + '_gbps'))} is not below the NIC "
+                             f"rate ({show_gbps(nic_gbps)}); use a smaller rate"))
     if settings.pfc_watchdog_ns < 1_000:
         problems.append((f"{roce}.pfc_watchdog",
                          f"{settings.pfc_watchdog_ns} ns is shorter than a microsecond, less "
@@ -301,7 +291,7 @@ def _leaf_spine(cluster: ClusterSpec, net: NetworkSpec, nic_gbps: float, link_gb
     one_leaf = (f"cluster.hosts ({cluster.hosts}) fit under one leaf of {hosts_per_leaf} "
                 f"(hosts_per_leaf)", "lower hosts_per_leaf")
     tier = _Tier("leaf", f"{hosts_per_leaf} hosts x {cluster.gpus_per_host} GPUs x "
-                         f"{_gbps(nic_gbps)}", hosts_per_leaf * cluster.gpus_per_host * nic_gbps,
+                         f"{show_gbps(nic_gbps)}", hosts_per_leaf * cluster.gpus_per_host * nic_gbps,
                  one_leaf if leaves == 1 else None)
     layer = _spine_layer(net, tier, link_gbps, problems)
     if layer is None:
@@ -315,7 +305,7 @@ def _rail_optimized(cluster: ClusterSpec, net: NetworkSpec, nic_gbps: float, lin
                     problems: list[Problem]) -> RailOptimizedFabric | None:
     one_rail = ("cluster.gpus_per_host is 1, so there is one rail",
                 "raise gpus_per_host or use leaf-spine")
-    tier = _Tier("rail switch", f"{cluster.hosts} hosts x {_gbps(nic_gbps)}",
+    tier = _Tier("rail switch", f"{cluster.hosts} hosts x {show_gbps(nic_gbps)}",
                  cluster.hosts * nic_gbps, one_rail if cluster.gpus_per_host == 1 else None)
     layer = _spine_layer(net, tier, link_gbps, problems)
     if layer is None:
@@ -336,12 +326,12 @@ def _spine_layer(net: NetworkSpec, tier: _Tier, link_gbps: float,
         return None if given else (0, 1.0)
     ratio = _given(net.oversubscription, 1.0)
     needed = uplinks_for(tier.down_gbps, ratio, link_gbps)
-    arithmetic = (f"each {tier.switch} has {tier.down_factors} = {_gbps(tier.down_gbps)} down, "
-                  f"and ceil({_num(tier.down_gbps)} / {_num(ratio)} / {_num(link_gbps)}) = "
-                  f"{needed} spine links of {_gbps(link_gbps)} carry that")
+    arithmetic = (f"each {tier.switch} has {tier.down_factors} = {show_gbps(tier.down_gbps)} down, "
+                  f"and ceil({show_number(tier.down_gbps)} / {show_number(ratio)} / {show_number(link_gbps)}) = "
+                  f"{needed} spine links of {show_gbps(link_gbps)} carry that")
     if net.spines is not None and net.oversubscription is not None and net.spines != needed:
         problems.append((f"{NET}.spines",
-                         f"{net.spines} disagrees with {NET}.oversubscription ({_num(ratio)}): "
+                         f"{net.spines} disagrees with {NET}.oversubscription ({show_number(ratio)}): "
                          f"{arithmetic}; give only one of spines and oversubscription, or set "
                          f"spines: {needed}"))
         return None
@@ -420,75 +410,6 @@ def _routing(text: str, source: str, problems: list[Problem]) -> str:
                                                "file's folder; record one with "
                                                "scripts/measure/record_routing.py)"))
     return f"trace:{path}"
-
-
-# -- faults -----------------------------------------------------------------------------------
-
-def _faults(specs: Sequence[FaultSpec], cluster: ClusterConfig,
-            workload: CollectivesWorkload | ScriptWorkload,
-            problems: list[Problem]) -> tuple[Fault, ...]:
-    """The faults with their ranks and hosts checked against the cluster and the workload;
-    each rank (host) in one slow_gpu (nic_degrade) fault at most. Link names are checked where
-    the topology is built (:func:`phantora.run.assemble.link_failures`)."""
-    faults: list[Fault] = []
-    claimed: dict[tuple[str, int], int] = {}
-    """(kind, rank or host) -> the fault that names it first."""
-    for index, spec in enumerate(specs):
-        path = f"faults[{index}]"
-        if isinstance(spec, SlowGpuSpec):
-            if not isinstance(workload, ScriptWorkload):
-                problems.append((path, "slow_gpu slows a training script's kernels, but "
-                                       "workload.collectives runs none; remove this fault or "
-                                       "run a workload.script"))
-                continue
-            world = (f"cluster.hosts ({cluster.hosts}) x workload.nproc_per_node "
-                     f"({workload.nproc_per_node}) = {workload.world_size} ranks")
-            _members(index, "ranks", spec.ranks, workload.world_size, world, claimed, problems)
-            faults.append(SlowGpuFault(ranks=tuple(spec.ranks), factor=spec.factor))
-            continue
-        if cluster.network is None:
-            problems.append((path, f"{spec.kind} needs a fabric between hosts, but "
-                                   "cluster.hosts is 1 (its GPUs talk over NVLink); remove "
-                                   "this fault or raise cluster.hosts to 2 or more"))
-            continue
-        if isinstance(spec, NicDegradeSpec):
-            _members(index, "hosts", spec.hosts, cluster.hosts,
-                     f"cluster.hosts is {cluster.hosts}", claimed, problems)
-            nic_gbps = cluster.network.nic_gbps
-            if nic_gbps * spec.factor > MAX_RATE_GBPS:
-                problems.append((f"{path}.factor", f"{_num(spec.factor)} x {NET}.nic_bandwidth "
-                                                   f"({_gbps(nic_gbps)}) is above "
-                                                   f"{_gbps(MAX_RATE_GBPS)}; use a smaller "
-                                                   "factor"))
-            faults.append(NicDegradeFault(hosts=tuple(spec.hosts), factor=spec.factor,
-                                          nic_gbps_before=nic_gbps,
-                                          nic_gbps_after=nic_gbps * spec.factor))
-        elif isinstance(spec, LinkDownSpec):
-            faults.append(LinkDownFault(link=spec.link, at_ns=spec.at))
-    return tuple(faults)
-
-
-def _members(index: int, key: str, members: Sequence[int], count: int, why: str,
-             claimed: dict[tuple[str, int], int], problems: list[Problem]) -> None:
-    """``faults[index].key`` (ranks or hosts) must be below ``count`` (``why`` says where it
-    comes from), each listed once, and in no earlier fault of the same kind."""
-    path, what = f"faults[{index}]", key[:-1]
-    valid = (", ".join(map(str, range(count))) if count <= _LISTED_INDICES
-             else f"0 to {count - 1}")
-    _reject_repeats(f"{path}.{key}", members, what, problems)
-    for position, member in enumerate(members):
-        where = f"{path}.{key}[{position}]"
-        if member >= count:
-            problems.append((where, f"got {member}; expected one of {valid} ({why})"))
-            continue
-        first = claimed.setdefault((key, member), index)
-        if first != index:
-            problems.append((where, f"{what} {member} is already in faults[{first}]; give each "
-                                    f"{what} one fault of a kind"))
-
-
-_LISTED_INDICES = 16
-"""Ranks or hosts up to this many are listed one by one in messages; more as a range."""
 
 
 # -- workload ---------------------------------------------------------------------------------
@@ -574,7 +495,7 @@ def _collectives(spec: ScenarioSpec, gpu: GpuSpec,
                                      "or workload.script"))
         return None
     before = len(problems)
-    _reject_repeats("workload.collectives.ops", collectives.ops, "op", problems)
+    reject_repeats("workload.collectives.ops", collectives.ops, "op", problems)
     ranks = _ranks(spec.cluster, collectives.ranks, problems)
     sizes = _sizes(collectives, len(ranks), gpu, problems)
     if len(problems) > before:
@@ -584,22 +505,12 @@ def _collectives(spec: ScenarioSpec, gpu: GpuSpec,
                                ranks=ranks)
 
 
-def _reject_repeats(path: str, items: Sequence[object], what: str,
-                    problems: list[Problem]) -> None:
-    first_at: dict[object, int] = {}
-    for index, item in enumerate(items):
-        if item in first_at:
-            problems.append((f"{path}[{index}]", f"{what} {item} is already at "
-                                                 f"[{first_at[item]}]; list each {what} once"))
-        first_at.setdefault(item, index)
-
-
 def _ranks(cluster: ClusterSpec, ranks: list[int] | None,
            problems: list[Problem]) -> tuple[int, ...]:
     num_gpus = cluster.hosts * cluster.gpus_per_host
     if ranks is None:
         return tuple(range(num_gpus))
-    _reject_repeats("workload.collectives.ranks", ranks, "rank", problems)
+    reject_repeats("workload.collectives.ranks", ranks, "rank", problems)
     for index, gpu in enumerate(ranks):
         if gpu >= num_gpus:
             problems.append((f"workload.collectives.ranks[{index}]",

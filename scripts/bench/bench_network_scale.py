@@ -30,7 +30,8 @@ from hwmodel.catalogue import lookup_gpu  # noqa: E402
 from phantora.collectives import (CollectiveRequest, NcclConfig, SystemInfo,  # noqa: E402
                                   plan_collective)
 from phantora.engine.flow_scheduler import run_dag  # noqa: E402
-from phantora.run.assemble import build_topology, make_backend  # noqa: E402
+from phantora.run.assemble import make_backend  # noqa: E402
+from phantora.scenario.cluster_graph import build_topology  # noqa: E402
 from phantora.scenario import Scenario, parse_scenario  # noqa: E402
 from scripts import common  # noqa: E402
 

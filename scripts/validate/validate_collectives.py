@@ -62,7 +62,7 @@ COLLECTIVES_DIR = SHARED_DATA / "collectives"
 MACHINE_RE = re.compile(r"^(?P<gpu>[a-z]+\d+)x(?P<gpus>\d+)$")
 """A measured set's folder name, ``<gpu>x<count>`` (measure_collectives.py's ``{machine}``)."""
 PUBLIC_SETS = ("h100x8",)
-NVLINK_LATENCY_NS = 300  # phantora.run.assemble.NVLINK_LATENCY_NS: one GPU <-> NVSwitch link
+NVLINK_LATENCY_NS = 300  # phantora.scenario.cluster_graph.NVLINK_LATENCY_NS: one GPU <-> NVSwitch link
 MIB = 1 << 20
 GOAL_MEAN_PCT, GOAL_MAX_PCT = 10.0, 25.0
 GOAL_VARIANTS = ("nccl-default", "default")

@@ -17,8 +17,9 @@ from phantora.engine.rank_classes import RankClasses
 from phantora.network.base import LinkFailure
 from phantora.network.flow import FluidBackend
 from phantora.report.faults import FAILURE_COUNTERS, fault_lines, fault_rows
-from phantora.run.assemble import build_topology, link_failures, make_backend, nics_of_hosts
+from phantora.run.assemble import link_failures, make_backend
 from phantora.scenario import Scenario, parse_scenario
+from phantora.scenario.cluster_graph import build_topology, nics_of_hosts
 from tests.unit.test_live_engine import ScriptedRank, make_topology, run
 
 SOURCE = "x.yaml"
@@ -48,12 +49,6 @@ def problem(data: dict[str, Any], source: str = SOURCE) -> str:
     return lines[0].removeprefix(f"{source}: ")
 
 
-def failure_problem(data: dict[str, Any]) -> str:
-    """The ScenarioError the link checks against the built topology raise."""
-    resolved = parse_scenario(data, SOURCE)
-    with pytest.raises(ScenarioError) as caught:
-        link_failures(resolved, build_topology(resolved.cluster, resolved.faults))
-    return str(caught.value).removeprefix(f"{SOURCE}: ")
 
 
 # -- schema and resolution ------------------------------------------------------------------------
@@ -124,35 +119,35 @@ def test_network_faults_need_a_fabric(fault: dict[str, Any]) -> None:
 
 
 def test_an_unknown_link_lists_the_fabric_links() -> None:
-    message = failure_problem(scenario([{"kind": "link_down", "link": "rail0-spine9"}]))
+    message = problem(scenario([{"kind": "link_down", "link": "rail0-spine9"}]))
     assert message == ('faults[0].link: got "rail0-spine9", which names no link of the '
                        "topology; expected a switch-to-switch link: rail0-spine0, "
                        "rail0-spine1, rail1-spine0, rail1-spine1")
 
 
 def test_a_long_link_list_is_cut_and_a_near_name_suggested() -> None:
-    message = failure_problem(scenario([{"kind": "link_down", "link": "pod0/edg0-pod0/agg1"}],
+    message = problem(scenario([{"kind": "link_down", "link": "pod0/edg0-pod0/agg1"}],
                                        hosts=8, topology="fat-tree"))
     assert "link: pod0/edge0-pod0/agg0, pod0/edge0-pod0/agg1, " in message
     assert message.endswith(', ... (32 in all); did you mean "pod0/edge0-pod0/agg1"?')
 
 
 def test_a_nic_link_cannot_fail() -> None:
-    message = failure_problem(scenario([{"kind": "link_down", "link": "rail1-host1/gpu1"}]))
+    message = problem(scenario([{"kind": "link_down", "link": "rail1-host1/gpu1"}]))
     assert message.startswith('faults[0].link: got "rail1-host1/gpu1", which is a nic link, '
                               "which cuts its GPU off; expected a switch-to-switch link: "
                               "rail0-spine0, ")
 
 
 def test_a_fabric_without_spines_has_no_link_to_fail() -> None:
-    message = failure_problem(scenario([{"kind": "link_down", "link": "leaf0-spine0"}],
+    message = problem(scenario([{"kind": "link_down", "link": "leaf0-spine0"}],
                                        topology="leaf-spine", hosts_per_leaf=2))
     assert message.endswith("the leaf-spine fabric has no switch-to-switch links (no spine "
                             "layer), so any link down cuts GPUs off; remove this fault")
 
 
 def test_failures_that_cut_hosts_apart_name_the_link_that_does_it() -> None:
-    message = failure_problem(scenario([
+    message = problem(scenario([
         {"kind": "link_down", "link": "leaf0-spine1", "at": "2ms"},
         {"kind": "link_down", "link": "spine0-leaf0", "at": "1ms"}],
         topology="leaf-spine", hosts_per_leaf=1))
@@ -162,7 +157,7 @@ def test_failures_that_cut_hosts_apart_name_the_link_that_does_it() -> None:
 
 
 def test_a_link_fails_once() -> None:
-    message = failure_problem(scenario([{"kind": "link_down", "link": "rail0-spine1"},
+    message = problem(scenario([{"kind": "link_down", "link": "rail0-spine1"},
                                         {"kind": "link_down", "link": "spine1-rail0"}]))
     assert message == ("faults[1].link: spine1-rail0 already goes down in faults[0] and stays "
                        "down; list each link once")

@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 
 from phantora.cluster.topology import LinkKind, Topology
-from phantora.run.assemble import NVLINK_LATENCY_NS, build_topology, host_spec
+from phantora.scenario.cluster_graph import NVLINK_LATENCY_NS, build_topology, host_spec
 from phantora.scenario import ClusterConfig, parse_scenario
 
 
