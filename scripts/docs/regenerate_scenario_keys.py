@@ -15,11 +15,13 @@ sys.path.insert(0, str(REPO))
 
 from phantora.scenario.reference import key_reference, with_reference  # noqa: E402
 from phantora.scenario.schema import ScenarioSpec  # noqa: E402
+from scripts.common import parser  # noqa: E402
 
 DOC = REPO / "docs" / "scenarios.md"
 
 
 def main() -> None:
+    parser(__doc__).parse_args()
     text = DOC.read_text(encoding="utf-8")
     DOC.write_text(with_reference(text, key_reference(ScenarioSpec)), encoding="utf-8")
     print(f"wrote the key reference of {DOC.relative_to(REPO)}")
