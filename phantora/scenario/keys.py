@@ -10,7 +10,8 @@ way ns-3 declares a TypeId attribute:
   checked like a written value; or :class:`Derived`, saying how other keys decide it (the
   resolver computes it, :mod:`phantora.scenario.resolve`); no default: the key is required;
 - **doc**: the docstring under the field;
-- **check**: the field's type, bounds and validators.
+- **check**: the field's type, bounds and validators (:class:`Accepts` says in words what a
+  validator accepts where the type does not).
 
 :func:`declared_sections` reads these back for :mod:`phantora.scenario.reference`.
 """
@@ -94,7 +95,7 @@ class Section:
     keys: tuple[Key, ...]
 
 
-def unit_of(field: FieldInfo) -> Unit | None:
+def _unit_of(field: FieldInfo) -> Unit | None:
     """The unit in ``field``'s type, if it is a quantity."""
     _, constraints = unwrap(field.annotation)
     return _unit(tuple(field.metadata) + constraints)
@@ -106,11 +107,12 @@ def _unit(constraints: tuple[Any, ...]) -> Unit | None:
 
 def resolved_name(model: type[BaseModel], key: str) -> str:
     """The name ``model``'s ``key`` has once resolved: the key with its unit, if it has one."""
-    unit = unit_of(model.model_fields[key])
+    unit = _unit_of(model.model_fields[key])
     return key if unit is None else unit.resolved_name(key)
 
 
 def derived_of(field: FieldInfo) -> Derived | None:
+    """How other keys decide ``field``'s default, if they do."""
     return next((item for item in field.metadata if isinstance(item, Derived)), None)
 
 
