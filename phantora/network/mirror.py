@@ -18,16 +18,21 @@ the engine gave them, and run back to the present; completions it finds are chec
 those already reported. A flow between two rails makes every rail a class of its own (*full*):
 the same restart, then no more mirroring.
 
-One exception keeps a class whole: flows that start on its representative alone (NCCL's small
-collectives on one channel) while the representative carries no mirrored flow, on queue pairs
-no mirrored flow uses, are *solo* flows: the rails are idle meanwhile, so the mirrors are not
-affected, as long as no mirrored flow starts on that rail before the solo flows end.
-
-Exactness: with ``size_tolerance=0``, a mirror's completion is its own rail's, bit for bit,
+Exact mode (``approximate=False``): a mirror's completion is its own rail's, bit for bit,
 except where a switch's random ECN marking draws (queues between ``ecn_kmin`` and
 ``ecn_kmax``): each switch has its own random stream, so congested rails differ in which
-packets are marked, not in how many are on average. Counters of packets, marks and pauses are
-the simulated ones scaled by the bytes of all flows over the bytes simulated.
+packets are marked, not in how many are on average.
+
+Approximate mode also mirrors flows whose sizes differ from their twins' by up to
+:data:`APPROXIMATE_SIZE_TOLERANCE` (NCCL splits a buffer over channels unevenly by a few
+hundred bytes; a mirror then ends with its twin, off by that share of its transfer at most),
+and keeps a class whole when flows start on its representative alone (NCCL's small
+collectives on one channel) while it carries no mirrored flow: these *solo* flows leave a
+NIC's round-robin pointer where the other rails' is not, and they hold no mirrored flow up,
+as long as no mirrored flow starts on that rail before they end (else the class splits).
+
+Counters of packets, marks and pauses are the simulated ones scaled by the bytes of all flows
+over the bytes simulated.
 """
 
 import heapq
@@ -69,11 +74,12 @@ class RailMirrorBackend:
     closes the old one first)."""
 
     def __init__(self, rails: Rails | None, make_inner: Callable[[], NetworkBackend],
-                 size_tolerance: float = 0.0, no_rails: str = "") -> None:
+                 approximate: bool = False, no_rails: str = "") -> None:
         """``rails``: ``None`` simulates every flow from the start, ``no_rails`` saying why."""
         self._rails = rails if rails is not None else Rails(0, (), ())
         self._make_inner = make_inner
-        self._tolerance = size_tolerance
+        self._approximate = approximate
+        self._tolerance = APPROXIMATE_SIZE_TOLERANCE if approximate else 0.0
         self._inner = make_inner()
         self._rep_of = [0] * self._rails.count
         """Class representative of each rail."""
@@ -95,8 +101,6 @@ class RailMirrorBackend:
         self._qp_map: dict[int, dict[tuple[int, int, int], tuple[int, int, int]]] = \
             defaultdict(dict)
         """Per mirrored rail: its queue pair (src host, dst host, tag) -> its representative's."""
-        self._mirrored_qps: dict[int, set[tuple[int, int, int]]] = defaultdict(set)
-        self._solo_qps: dict[int, set[tuple[int, int, int]]] = defaultdict(set)
         self._instants: list[int] = []
         self._starting: dict[int, list[FlowId]] = {}
         """Undecided instant -> the flows starting then."""
@@ -254,14 +258,13 @@ class RailMirrorBackend:
               by_rail: dict[int, list[FlowId]]
               ) -> tuple[list[int], dict[int, list[tuple[FlowId, FlowId]]] | None]:
         """The rails of ``rep``'s class whose flows do not mirror ``rep``'s, and otherwise
-        each rail's (representative flow, mirror) pairs; ``None`` pairs for solo flows. Solo
-        flows that may not run alone, and mirrored flows while solo ones run, split off every
-        rail but ``rep``."""
-        qps = {self._qp(flow_id) for flow_id in reps}
+        each rail's (representative flow, mirror) pairs; ``None`` pairs for solo flows. Flows
+        on ``rep`` alone that may not run solo, and mirrored flows while solo ones run, split
+        off every rail but ``rep``."""
         if reps and not any(by_rail.get(rail) for rail in others):
-            alone = not self._mirrored_pending[rep] and not qps & self._mirrored_qps[rep]
+            alone = self._approximate and not self._mirrored_pending[rep]
             return ([] if alone else others), None
-        if self._solo[rep] or qps & self._solo_qps[rep]:
+        if self._solo[rep]:
             return others, {}
         matches: dict[int, list[tuple[FlowId, FlowId]]] = {}
         differ = []
@@ -275,10 +278,8 @@ class RailMirrorBackend:
 
     def _commit(self, rep: int, reps: list[FlowId],
                 matches: dict[int, list[tuple[FlowId, FlowId]]] | None) -> None:
-        qps = {self._qp(flow_id) for flow_id in reps}
         if matches is None:
             self._solo[rep].update(reps)
-            self._solo_qps[rep] |= qps
             self._counts["solo"] += len(reps)
             return
         for rail, pairs in matches.items():
@@ -287,7 +288,6 @@ class RailMirrorBackend:
                 qp_map[self._qp(mirror)] = self._qp(rep_flow)
                 self._mirrors.setdefault(rep_flow, {})[rail] = mirror
             self._counts["mirrored"] += len(pairs)
-        self._mirrored_qps[rep] |= qps
         self._mirrored_pending[rep] += len(reps)
 
     def _match(self, rail: int, reps: list[FlowId],
@@ -396,9 +396,6 @@ class RailMirrorBackend:
         self._mirrored_pending.clear()
         for rep_flow in self._mirrors:
             self._mirrored_pending[self._rails.rail_of[self._log[rep_flow].src]] += 1
-        for rail, rep in enumerate(old_rep_of):
-            if self._rep_of[rail] == rail and rep != rail:
-                self._mirrored_qps[rail] = set(self._qp_map[rail])
         for rail, rep in enumerate(self._rep_of):
             if rep != rail and rep != old_rep_of[rail]:  # now mirrors a new representative
                 to_new = {old_qp: new_qp for new_qp, old_qp in self._qp_map[rep].items()}
@@ -420,5 +417,4 @@ def rail_mirrored(topology: Topology, make_inner: Callable[[], NetworkBackend],
     if symmetry == "off":
         return make_inner()
     rails, why = find_rails(topology)
-    tolerance = APPROXIMATE_SIZE_TOLERANCE if symmetry == "approximate" else 0.0
-    return RailMirrorBackend(rails, make_inner, tolerance, why)
+    return RailMirrorBackend(rails, make_inner, symmetry == "approximate", why)

@@ -91,7 +91,21 @@ def fabric_line(network: dict[str, Any]) -> str | None:
                  f"{extra['inter.rate_cuts']:,} rate cuts on {extra['inter.queue_pairs_rate_cut']}"
                  f" of {extra['inter.queue_pairs']} queue pairs, max queue "
                  f"{format_bytes(extra['inter.max_queue_bytes'])}")
-    return line
+    return line + symmetry_note(extra)
+
+
+def symmetry_note(extra: dict[str, Any]) -> str:
+    """What rail mirroring (``cluster.network.symmetry``) did, after the counters."""
+    if "inter.symmetry" not in extra:
+        return ""
+    if extra["inter.symmetry"] == "full":
+        return f"\nrail mirroring: every rail simulated ({extra['inter.symmetry.fallback']})"
+    return (f"\nrail mirroring: {extra['inter.symmetry.rails_simulated']} of "
+            f"{extra['inter.symmetry.rails']} rails simulated, "
+            f"{extra['inter.symmetry.flows_mirrored']:,} flows mirrored, "
+            f"{extra['inter.symmetry.flows_solo']:,} solo, "
+            f"{extra['inter.symmetry.restarts']} restarts "
+            f"({extra['inter.symmetry.restart_cpu_s']} s); counters scaled to every rail")
 
 
 def hot_ports_table(network: dict[str, Any]) -> Table | None:

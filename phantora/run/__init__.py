@@ -15,12 +15,13 @@ it goes (the collectives' progress, rank 0's log, rank deduplication notes).
 """
 
 import time
-from collections.abc import Sequence
-from dataclasses import asdict
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from rich.console import Console
 
+from phantora.network.progress import Progress, on_console
 from phantora.report.faults import FlowBytes, fault_rows
 from phantora.report.summary import Summary
 from phantora.run.assemble import assemble
@@ -33,8 +34,14 @@ def run_scenario(scenario: Scenario, out_dir: Path, console: Console,
     """Simulate ``scenario`` and write ``out_dir/summary.json`` (and the trace for scripts);
     with ``replay_of``, replay that run's recorded execution graph on the scenario's cluster
     instead of running the script (:mod:`.replay`)."""
+    with on_console(console) as progress:
+        return _run(scenario, out_dir, console, replay_of, progress)
+
+
+def _run(scenario: Scenario, out_dir: Path, console: Console, replay_of: Path | None,
+         progress: Callable[[Progress], None]) -> Summary:
     wall_start = time.perf_counter()
-    assembly = assemble(scenario)
+    assembly = replace(assemble(scenario), progress=progress)
     backend = assembly.new_backend()
     setup_s = time.perf_counter() - wall_start
     summary = Summary(scenario=scenario.echo(), workload=scenario.workload.kind)

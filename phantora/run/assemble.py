@@ -8,7 +8,7 @@ congestion control to model); the fabric between hosts by ns-3 (packet level, de
 the same fluid model (``cluster.network.backend: flow``).
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from hwmodel.catalogue import GpuSpec, lookup_gpu
@@ -18,6 +18,7 @@ from phantora.network.base import LinkFailure, NetworkBackend
 from phantora.network.composite import CompositeBackend
 from phantora.network.flow import FluidBackend
 from phantora.network.mirror import rail_mirrored
+from phantora.network.progress import Progress, ProgressBackend
 from phantora.scenario.cluster_graph import build_topology
 from phantora.scenario.model import (
     LinkDownFault,
@@ -43,10 +44,13 @@ class Assembly:
     """The fabric's settings; ``None`` for a single host."""
     seed: int
     """The scenario's seed (the ns-3 backend's random streams derive from it)."""
+    progress: Callable[[Progress], None] | None = None
+    """Told how far the network has got every second of wall time (the console's status)."""
 
     def new_backend(self) -> NetworkBackend:
         """A fresh network backend (a live run that starts again runs on another)."""
-        return make_backend(self.topology, self.network, self.seed, self.failures)
+        backend = make_backend(self.topology, self.network, self.seed, self.failures)
+        return backend if self.progress is None else ProgressBackend(backend, self.progress)
 
 
 def assemble(scenario: Scenario) -> Assembly:

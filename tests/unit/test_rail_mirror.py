@@ -55,9 +55,9 @@ def fluid(topology: Topology) -> Callable[[], NetworkBackend]:
     return lambda: FluidBackend(topology, scope="inter")
 
 
-def mirrored(topology: Topology, tolerance: float = 0.0) -> RailMirrorBackend:
+def mirrored(topology: Topology, approximate: bool = False) -> RailMirrorBackend:
     rails, _ = find_rails(topology)
-    return RailMirrorBackend(rails, fluid(topology), tolerance)
+    return RailMirrorBackend(rails, fluid(topology), approximate)
 
 
 def test_rails_of_a_rail_fabric_and_none_elsewhere() -> None:
@@ -95,7 +95,7 @@ def test_rails_that_differ_split_off_and_stay_exact() -> None:
 def test_approximate_mirrors_sizes_within_tolerance() -> None:
     topology = rails_fabric()
     rounds = [ring([2_000_000] * 2 + [1_999_000] * 2)]
-    backend = mirrored(topology, APPROXIMATE_SIZE_TOLERANCE)
+    backend = mirrored(topology, approximate=True)
     got, want = run(backend, rounds), run(fluid(topology)(), rounds)
     assert backend.stats().extra["symmetry.rails_simulated"] == 1
     assert all(abs(got[key] - end) <= APPROXIMATE_SIZE_TOLERANCE * end
@@ -112,12 +112,16 @@ def test_a_flow_across_rails_falls_back_to_every_rail() -> None:
     assert extra["symmetry.bytes_simulated_share"] == 1.0
 
 
-def test_one_rail_alone_while_the_others_idle_keeps_the_mirrors() -> None:
+def test_one_rail_alone_splits_it_off_unless_approximate() -> None:
     topology = rails_fabric()
     rounds = [ring([1_000_000] * RAILS), [(0, RAILS, 5_000, 9)], ring([1_000_000] * RAILS)]
-    backend = mirrored(topology)
-    assert run(backend, rounds) == run(fluid(topology)(), rounds)
-    extra = backend.stats().extra
+    want = run(fluid(topology)(), rounds)
+    exact = mirrored(topology)
+    assert run(exact, rounds) == want
+    assert exact.stats().extra["symmetry.rails_simulated"] == 2
+    approximate = mirrored(topology, approximate=True)
+    assert run(approximate, rounds) == want  # the solo flow holds no mirrored flow up
+    extra = approximate.stats().extra
     assert extra["symmetry.flows_solo"] == 1 and extra["symmetry.rails_simulated"] == 1
 
 
