@@ -30,8 +30,9 @@ import numpy as np
 
 from hwmodel.catalogue import GpuSpec
 from hwmodel.compute.model import KernelCost
-from hwmodel.compute.spec import KernelSpec
+from hwmodel.compute.spec import Family, KernelSpec
 from intercept.host_time.clock import VirtualClock
+from intercept.host_time.cudnn_rnn_host import layer_steps
 from intercept.host_time.gemm_heuristic import GemmShapeCache, load_kernel_map
 from intercept.host_time.host_cost import CUBLAS_GEMMS, HostCostTable, load_table
 from intercept.host_time.host_spread import HostSpread, load_host_spread
@@ -124,7 +125,14 @@ class RankRuntime:
         with self.clock.excluded():
             cost = self._kernel_cost(spec)
             name = spec.name.removeprefix("aten::")
-            if launch_overhead_ns is None:
+            recurrent = spec.family is Family.RNN and launch_overhead_ns is None
+            if recurrent:
+                seq, _batch, _input, _hidden, layers, directions = spec.dims
+                host_ns = self.host_costs.cudnn_rnn_ns(
+                    backward=name.endswith("_backward"),
+                    layer_steps=layer_steps(spec.variant, spec.dtype, seq, layers, directions))
+                self._ops_ns += host_ns
+            elif launch_overhead_ns is None:
                 host_ns = self.host_costs.op_ns(host_key or name, launches=True, tensors=tensors)
                 self._ops_ns += host_ns
                 if name in CUBLAS_GEMMS and len(spec.dims) == 4:
@@ -132,9 +140,15 @@ class RankRuntime:
                         (name, spec.dtype, spec.variant, *spec.dims))
             else:
                 host_ns = launch_overhead_ns
-            self._host(name, host_ns)
+            self._op_boundary(name)
+            if not recurrent:
+                self.clock.charge_table(host_ns)
             self._client.add(Kernel, stream=stream, duration_ns=cost.duration_ns, name=spec.name,
                              flops=spec.flops, bytes=spec.bytes, source=cost.source.value)
+            if recurrent:
+                # cuDNN enqueues the steps while the GPU runs them: the GPU may start on the
+                # call's work as soon as the host starts enqueueing it
+                self.clock.charge_table(host_ns)
 
     def charge_host(self, duration_ns: int) -> None:
         """Modelled CPU time of the script's host beyond what it runs here (a compiled graph's

@@ -69,7 +69,12 @@ whatever its CPU build dispatches, so every SDPA launch is costed from these row
 ``default``), and from the ``flash`` rows only where those are missing."""
 
 
-ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "tf32": 4}
+ALIGNED_BYTES = 16
+"""cuBLAS's fast tensor-core kernels need every matrix's leading dimension to be a multiple of
+16 bytes. A product with a dimension that is not one (BERT's vocabulary of 30522, Whisper's of
+51865) runs other kernels, 3-6x slower on an H100: such products are costed only from rows of
+the same alignment, where the table has them (:func:`matmul_alignment`)."""
 
 CROSS_ENTROPY_SPLIT: dict[str, tuple[tuple[str, int, float], ...]] = {
     "cross_entropy_fwd": (("_log_softmax", 2, 1.0),),
@@ -108,6 +113,25 @@ def attention_work(dims: tuple[int, ...], causal: bool, backward: bool) -> int:
     batch, heads, kv_heads, seq_q, seq_kv, head_dim = dims
     return attention_flops((batch, heads, kv_heads, _round_up(seq_q, ATTENTION_BLOCK),
                             _round_up(seq_kv, ATTENTION_BLOCK), head_dim), causal, backward)
+
+
+def matmul_alignment(dims: tuple[int, ...], dtype: str) -> int:
+    """The largest power of two, up to :data:`ALIGNED_BYTES`, that divides the size in bytes of
+    each of a matmul's ``m``, ``n`` and ``k`` (any of them is some operand's leading dimension
+    in one of a linear layer's three products)."""
+    element = ELEMENT_BYTES.get(dtype, 2)
+    alignment = ALIGNED_BYTES
+    for dim in dims[1:]:
+        while (dim * element) % alignment:
+            alignment //= 2
+    return alignment
+
+
+def _matmul_pool_key(op: str, dtype: str, dims: tuple[int, ...]) -> tuple[str, ...]:
+    """Where a matmul's rows are pooled: by op kind and dtype, unaligned ones (see
+    :data:`ALIGNED_BYTES`) apart by their alignment."""
+    alignment = matmul_alignment(dims, dtype)
+    return (op, dtype) if alignment == ALIGNED_BYTES else (op, dtype, f"align{alignment}")
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -362,16 +386,22 @@ class KernelTable:
         if exact is not None:
             return Estimate(exact, True)
         work = matmul_work(spec.dims)
-        pool = self._pools.get(("bmm", spec.dtype)) if batched else None
+        pool = self._matmul_pool("bmm", spec) if batched else None
         if pool is not None:
             features = _log2([batch, m, n, k])
             return Estimate(pool.estimate(features, spec.variant, work), False) \
                 if self._pool_reaches(pool, work, features) else None
-        pool = self._pools.get(("mm", spec.dtype))
+        pool = self._matmul_pool("mm", spec)
         work, features = matmul_work((1, batch * m, n, k)), _log2([batch * m, n, k])
         if pool is None or not self._pool_reaches(pool, work, features):
             return None
         return Estimate(pool.estimate(features, spec.variant, work), False)
+
+    def _matmul_pool(self, op: str, spec: KernelSpec) -> _RatePool | None:
+        """The rows of the launch's alignment where the table has them, else the aligned ones
+        (which make an unaligned product look as fast as its aligned neighbours)."""
+        return (self._pools.get(_matmul_pool_key(op, spec.dtype, spec.dims))
+                or self._pools.get((op, spec.dtype)))
 
     def _attention(self, spec: KernelSpec, backward: bool) -> Estimate | None:
         causal = spec.variant == "causal"
@@ -483,11 +513,12 @@ def _add_row(builder: _Builder, row: MeasuredRow) -> None:
         work = matmul_work(dims)
         builder.exact.setdefault((op, dtype, dims, variant), []).append(time_ns)
         if op == "bmm":
-            builder.add_rate(("bmm", dtype), list(_log2(list(dims))), variant, work, time_ns)
+            builder.add_rate(_matmul_pool_key("bmm", dtype, dims), list(_log2(list(dims))),
+                             variant, work, time_ns)
         else:
             batch, m, n, k = dims
-            builder.add_rate(("mm", dtype), list(_log2([batch * m, n, k])), variant, work,
-                             time_ns)
+            builder.add_rate(_matmul_pool_key("mm", dtype, dims), list(_log2([batch * m, n, k])),
+                             variant, work, time_ns)
     elif row.section == "attention":
         direction = "bwd" if row.backward else "fwd"
         backend = row.shape["backend"]

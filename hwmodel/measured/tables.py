@@ -103,6 +103,18 @@ COMPILED_CALL = Table(DATA_DIR / "compiled_call.json", Source(
 """Host costs of compiled graphs beyond the eager tables and counted Python: a generated kernel's
 launch, a backward node, a backward run (``intercept.host_time.compiled_call``)."""
 
+CUDNN_RNN_HOST = Table(DATA_DIR / "cudnn_rnn_host.json", Source(
+    file="scripts/measure/data/rnn_host/ (measure_rnn_host.py: LSTM and GRU calls, fp16 and fp32, "
+         "sequences 8-128, 1-2 layers and directions, with the GPU held busy)",
+    date="2026-12-08",
+    gpu="NVIDIA H100 80GB HBM3 (a one-GPU cloud VM; 16 vCPUs of an Intel Xeon)",
+    nccl="n/a (one GPU)", torch="2.11.0+cu130 (cuDNN 9.19)",
+    how="scripts/measure/fit_rnn_host.py: each row on the reference host by the torch_ops probe "
+        "beside it; per pass a relative least-squares fit of a call cost plus a cost per "
+        "layer-step"))
+"""Host time of one cuDNN recurrent call, which enqueues its time steps one by one
+(``intercept.host_time.cudnn_rnn_host``)."""
+
 COLLECTIVE_HOST = Table(DATA_DIR / "collective_host.json", Source(
     file="scripts/measure/data/collective_host/h200x2.j (the calls of 9 training runs on a "
          "2xH200 cloud VM; data sets h200x2.k and h200x2.l check it)",

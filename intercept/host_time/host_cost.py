@@ -46,6 +46,7 @@ from hwmodel.measured.host_profile import FAMILIES, SYNC_CALLS, family_of
 from hwmodel.measured.tables import HOST_COSTS
 from intercept.host_time.collective_host import CollectiveCallCost, load_collective_cost
 from intercept.host_time.compiled_call import load_compiled_call
+from intercept.host_time.cudnn_rnn_host import PASSES, load_cudnn_rnn_host
 from intercept.host_time.gemm_heuristic import GemmHeuristic, load_gemm_heuristic
 from intercept.host_time.host_fit import load_fit
 
@@ -110,7 +111,10 @@ class HostCostTable:
     buffer it reads and one it writes, backward node and backward run:
     ``compiled_generated_launch``, ``compiled_generated_read``, ``compiled_generated_write``,
     ``compiled_backward_call`` and ``compiled_backward_run``
-    (``intercept.host_time.compiled_call``)."""
+    (``intercept.host_time.compiled_call``); a cuDNN recurrent call's cost and its cost per
+    layer-step, per pass: ``cudnn_rnn_fwd_call``, ``cudnn_rnn_fwd_layer_step``,
+    ``cudnn_rnn_bwd_call``, ``cudnn_rnn_bwd_layer_step``
+    (``intercept.host_time.cudnn_rnn_host``)."""
     sync_ns: dict[str, int]
     """What the host spends in a call that waits on or marks the GPU's progress, the wait itself
     aside: ``device`` (``torch.cuda.synchronize()``), ``stream`` (``Stream.synchronize()``),
@@ -158,6 +162,14 @@ class HostCostTable:
         cost = self.families_ns[family]
         if family == "foreach":
             cost += self.foreach_per_tensor_ns * max(0, tensors - 1)
+        return max(0, cost - self.script_call_ns)
+
+    def cudnn_rnn_ns(self, *, backward: bool, layer_steps: int) -> int:
+        """The charge for one cuDNN recurrent call (``_cudnn_rnn``, or its backward) that
+        enqueues ``layer_steps`` time steps one by one, less the script's Python call."""
+        direction = "bwd" if backward else "fwd"
+        cost = (self.layers_ns[f"cudnn_rnn_{direction}_call"]
+                + self.layers_ns[f"cudnn_rnn_{direction}_layer_step"] * layer_steps)
         return max(0, cost - self.script_call_ns)
 
     def collective_ns(self, op: str, group_size: int = 1, gap_ns: int | None = None, *,
@@ -227,11 +239,12 @@ def table_from_json(data: dict[str, Any], gemm: GemmHeuristic | None = None) -> 
 @cache
 def load_table(path: Path = TABLE_PATH) -> HostCostTable:
     """The shipped table (cached), with the fitted costs of the autograd engine's node, of a
-    tensor-subclass dispatch and of compiled graphs' backward."""
+    tensor-subclass dispatch, of compiled graphs' backward and of cuDNN's recurrent calls."""
     table = table_from_json(json.loads(path.read_text()))
-    fit, compiled = load_fit(), load_compiled_call()
-    for name, reference in (("host fit", fit.reference), ("compiled call cost",
-                                                          compiled.reference)):
+    fit, compiled, rnn = load_fit(), load_compiled_call(), load_cudnn_rnn_host()
+    for name, reference in (("host fit", fit.reference),
+                            ("compiled call cost", compiled.reference),
+                            ("cuDNN recurrent host cost", rnn.reference)):
         if reference != table.reference:
             raise ValueError(f"host cost table for {table.reference!r}, {name} for "
                              f"{reference!r}: put both on one reference host")
@@ -241,4 +254,7 @@ def load_table(path: Path = TABLE_PATH) -> HostCostTable:
                                      "compiled_generated_read": compiled.generated_read_ns,
                                      "compiled_generated_write": compiled.generated_write_ns,
                                      "compiled_backward_call": compiled.backward_call_ns,
-                                     "compiled_backward_run": compiled.backward_run_ns})
+                                     "compiled_backward_run": compiled.backward_run_ns,
+                                     **{f"cudnn_rnn_{d}_call": rnn.call_ns[d] for d in PASSES},
+                                     **{f"cudnn_rnn_{d}_layer_step": rnn.layer_step_ns[d]
+                                        for d in PASSES}})

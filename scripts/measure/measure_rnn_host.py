@@ -6,8 +6,11 @@ Each case times the call's wall time on the host while the GPU is held by a ``to
 (about 0.05 s) so that nothing the call enqueues can start, the median of ``REPEATS`` calls after
 ``WARMUP``. A call that filled the driver's launch queue would wait for the sleep: such a row
 (``queue_full``) says nothing of the host. The GPU time of the same calls is in the kernel tables (``measure_kernels.py
---sections rnn``). Writes ``rnn_host.json``: the probe (``intercept.host_time.host_benchmark``,
-before and after) and one row per case.
+--sections rnn``). A cloud host's speed drifts within minutes, so each case carries its own
+host-speed probe (``intercept.host_time.host_benchmark``, taken just before it, ``probe_ns``);
+the run's first and last probes are kept too. The grid holds one layer width; the zoo's LSTM
+(``scenarios/examples/zoo_train.py --model torch-lstm``: width 1024) is the check case
+(``"check": true``). Writes ``rnn_host.json``.
 
   python3 scripts/measure/measure_rnn_host.py --out "$OUT/rnn_host"    # on a GPU
 """
@@ -32,6 +35,9 @@ SEQS = (8, 32, 128)
 LAYERS = (1, 2)
 DIRECTIONS = (1, 2)
 BATCH, HIDDEN = 32, 512
+CHECK_CASES = (("lstm", "fp16", (128, 32, 1024, 1024, 2, 1)),)
+"""The zoo LSTM's layers under autocast: measured, not fitted on."""
+PROBE_ROUNDS = 3
 WARMUP, REPEATS = 2, 5
 SLEEP_CYCLES = 100_000_000
 """A ``torch.cuda._sleep`` of about 0.05 s, longer than any case's host time."""
@@ -59,22 +65,21 @@ def main() -> None:
     args = parser.parse_args()
     device = torch.device("cuda")
     probe_before = host_benchmark.measure()
+    grid = [(cell, dtype, (seq, BATCH, HIDDEN, HIDDEN, layers, directions), False)
+            for cell in ("lstm", "gru") for dtype in ("fp16", "fp32") for seq in SEQS
+            for layers in LAYERS for directions in DIRECTIONS]
     rows = []
-    for cell in ("lstm", "gru"):
-        for dtype in ("fp16", "fp32"):
-            for seq in SEQS:
-                for layers in LAYERS:
-                    for directions in DIRECTIONS:
-                        dims = (seq, BATCH, HIDDEN, HIDDEN, layers, directions)
-                        for direction in ("fwd", "bwd"):
-                            call = mk.rnn_case(direction, cell, dtype, dims).build(device)
-                            elapsed = host_ns(call)
-                            rows.append({"cell": cell, "dtype": dtype, "seq": seq,
-                                         "batch": BATCH, "hidden": HIDDEN, "layers": layers,
-                                         "directions": directions, "pass": direction,
-                                         "host_ns": elapsed,
-                                         "queue_full": elapsed > QUEUE_FULL_NS})
-                            print(rows[-1], flush=True)
+    for cell, dtype, dims, check in [*grid, *((*case, True) for case in CHECK_CASES)]:
+        seq, batch, _input, hidden, layers, directions = dims
+        for direction in ("fwd", "bwd"):
+            call = mk.rnn_case(direction, cell, dtype, dims).build(device)
+            probe = host_benchmark.measure(rounds=PROBE_ROUNDS)
+            elapsed = host_ns(call)
+            rows.append({"cell": cell, "dtype": dtype, "seq": seq, "batch": batch,
+                         "hidden": hidden, "layers": layers, "directions": directions,
+                         "pass": direction, "check": check, "host_ns": elapsed,
+                         "queue_full": elapsed > QUEUE_FULL_NS, "probe_ns": probe})
+            print(rows[-1], flush=True)
     probe_after = host_benchmark.measure()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "rnn_host.json").write_text(json.dumps(

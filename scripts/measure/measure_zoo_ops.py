@@ -12,11 +12,16 @@ rows (section ``zoo``) go to ``results.csv`` in the columns of the kernel tables
 them as the other sections' rows do (``measure_kernels.py --import-result ... --export-clean``).
 
   python3 scripts/measure/measure_zoo_ops.py --out "$OUT/zoo_ops"                 # on a GPU
+  python3 scripts/measure/measure_zoo_ops.py --out "$OUT/zoo_mm" --unaligned-matmuls  # on a GPU
   python3 scripts/measure/measure_zoo_ops.py --out /tmp/zoo_ops --device cpu --models hf-bert \\
       --size ci                                                                  # code check
 
 Matrix products, attention, convolutions and recurrent layers are left out: the tables cost them by rate over
-shape, which one model's few shapes would not improve.
+shape, which one model's few shapes would not improve. The exception, ``--unaligned-matmuls``:
+only the matrix products with a dimension that is no multiple of 16 bytes (a vocabulary of
+30522 or 51865), which cuBLAS runs with slower kernels than the table's aligned grid; they are
+written as ``matmul`` rows (``m``, ``n``, ``k``, ``layout``, ``batch``), which the table pools
+by alignment (``hwmodel.compute.table.ALIGNED_BYTES``).
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from torch.utils._pytree import tree_map  # noqa: E402
 
 from hwmodel.compute.ops import base_name  # noqa: E402
 from hwmodel.compute.spec import Family, KernelSpec  # noqa: E402
-from hwmodel.compute.table import KernelTable  # noqa: E402
+from hwmodel.compute.table import ALIGNED_BYTES, KernelTable, matmul_alignment  # noqa: E402
 from intercept.dispatch.cuda_wheels import prepare_torchvision  # noqa: E402
 from intercept.dispatch.op_costs import flat_tensors, kernel_spec  # noqa: E402
 
@@ -91,13 +96,24 @@ class Launch:
         return lambda: self.func(*args, **kwargs)
 
 
+def uncosted(table: KernelTable) -> Callable[[KernelSpec], bool]:
+    """Launches of the families costed by bytes that ``table`` has no estimate for."""
+    return lambda spec: spec.family not in TABLED_FAMILIES and table.estimate(spec) is None
+
+
+def unaligned_matmul(spec: KernelSpec) -> bool:
+    """Matrix products with a dimension no multiple of :data:`ALIGNED_BYTES`."""
+    return (spec.family is Family.MATMUL
+            and matmul_alignment(spec.dims, spec.dtype) < ALIGNED_BYTES)
+
+
 class Recorder(TorchDispatchMode):
-    """Keeps each distinct launch the table cannot cost, with copies of its arguments taken
+    """Keeps each distinct launch that ``wanted`` picks, with copies of its arguments taken
     before it runs (in-place ops change them)."""
 
-    def __init__(self, table: KernelTable, device_type: str) -> None:
+    def __init__(self, wanted: Callable[[KernelSpec], bool], device_type: str) -> None:
         super().__init__()
-        self.table = table
+        self.wanted = wanted
         self.device_type = device_type
         self.launches: dict[Any, Launch] = {}
         self.unreadable: dict[str, str] = {}
@@ -123,7 +139,7 @@ class Recorder(TorchDispatchMode):
             # family, not timed here
             self.unreadable[str(func.name())] = f"{type(exc).__name__}: {exc}"
             return out
-        if spec.family not in TABLED_FAMILIES and self.table.estimate(spec) is None:
+        if self.wanted(spec):
             self.launches[key] = Launch(func, *copies, spec)
         return out
 
@@ -138,15 +154,15 @@ def _is_view(func: Any) -> bool:
                                  for r in returns)
 
 
-def record_model(zoo: Any, name: str, size: str, table: KernelTable,
+def record_model(zoo: Any, name: str, size: str, wanted: Callable[[KernelSpec], bool],
                  device: torch.device) -> list[Launch]:
-    """One zoo model's launches the table cannot cost, from its third plain step."""
+    """One zoo model's launches that ``wanted`` picks, from its third plain step."""
     entry = zoo.ZOO[name][size]
     torch.manual_seed(0)
     model = entry.build().to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     batch = entry.batch(device)
-    recorder = Recorder(table, device.type)
+    recorder = Recorder(wanted, device.type)
     for step in range(3):
         with recorder if step == 2 else contextlib.nullcontext():
             with torch.autocast(device.type, dtype=torch.bfloat16):
@@ -164,12 +180,17 @@ def record_model(zoo: Any, name: str, size: str, table: KernelTable,
 def case_of(model: str, launch: Launch) -> mk.Case:
     spec = launch.spec
     tensors = flat_tensors((launch.args, launch.kwargs))
-    shape = {"model": model, "numel": max((t.numel() for t in tensors), default=0),
-             "tensors": len(tensors), "calls_per_step": launch.count,
-             "args": str(_signature(launch.args))[:300]}
+    shape: dict[str, Any] = {"model": model, "calls_per_step": launch.count,
+                             "args": str(_signature(launch.args))[:300]}
+    name = str(launch.func.name()).split("::", 1)[-1].split(".", 1)[0]
+    if spec.family is Family.MATMUL:
+        batch, m, n, k = spec.dims
+        shape.update(batch=batch, m=m, n=n, k=k, layout=spec.variant)
+        return mk.Case("matmul", base_name(spec.name), spec.dtype, shape, spec.flops,
+                       spec.bytes, launch.call, aten_ops=name)
+    shape.update(numel=max((t.numel() for t in tensors), default=0), tensors=len(tensors))
     if spec.variant:
         shape["layout"] = spec.variant  # the table keeps such rows apart (``mul@strided``)
-    name = str(launch.func.name()).split("::", 1)[-1].split(".", 1)[0]
     return mk.Case("zoo", base_name(spec.name), spec.dtype, shape, 0, spec.bytes,
                    launch.call, aten_ops=name)
 
@@ -182,11 +203,15 @@ def main() -> None:
     parser.add_argument("--size", choices=("full", "ci"), default="full")
     parser.add_argument("--gpu", choices=("h100", "h200"),
                         help="the table that decides what is missing (default: from the GPU)")
+    parser.add_argument("--unaligned-matmuls", action="store_true",
+                        help="time the matrix products with a dimension no multiple of 16 "
+                             "bytes instead of the launches the table cannot cost")
     args = parser.parse_args()
     device = torch.device(args.device)
     gpu = args.gpu or ("h200" if device.type == "cuda"
                        and "H200" in torch.cuda.get_device_name(device) else "h100")
-    table = KernelTable.load(TABLES / f"kernels_{gpu}.csv")
+    wanted = (unaligned_matmul if args.unaligned_matmuls
+              else uncosted(KernelTable.load(TABLES / f"kernels_{gpu}.csv")))
     prepare_torchvision()  # a CUDA build of torchvision beside a CPU torch (code checks)
     zoo = common.load_example("zoo_train")
     models = [m for m in args.models.split(",") if m] or sorted(zoo.ZOO)
@@ -203,11 +228,11 @@ def main() -> None:
             writer.writeheader()
         for model in models:
             try:
-                launches = record_model(zoo, model, args.size, table, device)
+                launches = record_model(zoo, model, args.size, wanted, device)
             except Exception as exc:  # noqa: BLE001  (one model's failure must not stop the others)
                 print(f"== {model}: failed to run: {type(exc).__name__}: {exc}", flush=True)
                 continue
-            print(f"== {model}: {len(launches)} launches without a table estimate", flush=True)
+            print(f"== {model}: {len(launches)} launches to time", flush=True)
             for launch in launches:
                 row = mk.measure(case_of(model, launch), timer, facts["gpu"],
                                  facts.get("l2_bytes", 2**20))

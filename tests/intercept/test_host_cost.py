@@ -143,7 +143,9 @@ def test_the_layers_above_an_op_are_charged_from_the_table_and_the_fit() -> None
     assert set(table.layers_ns) == {"autograd_record", "autograd_node", "tensor_subclass",
                                     "compiled_generated_launch", "compiled_generated_read",
                                     "compiled_generated_write", "compiled_backward_call",
-                                    "compiled_backward_run"}
+                                    "compiled_backward_run", "cudnn_rnn_fwd_call",
+                                    "cudnn_rnn_fwd_layer_step", "cudnn_rnn_bwd_call",
+                                    "cudnn_rnn_bwd_layer_step"}
     assert 0 < table.layers_ns["autograd_record"] < table.layers_ns["autograd_node"]
     assert table.layers_ns["tensor_subclass"] == load_fit().tensor_subclass_ns
     assert table.layers_ns["autograd_node"] == load_fit().autograd_node_ns
@@ -168,3 +170,22 @@ def test_compiled_call_costs_name_a_missing_or_negative_key() -> None:
         cost_from_json({k: v for k, v in data.items() if k != "backward_run_ns"})
     with pytest.raises(ValueError, match="generated_launch_ns is -1"):
         cost_from_json({**data, "generated_launch_ns": -1})
+
+
+def test_a_cudnn_recurrent_call_costs_the_host_per_time_step_it_enqueues() -> None:
+    from intercept.host_time.cudnn_rnn_host import cost_from_json, layer_steps, load_cudnn_rnn_host
+
+    table, rnn = load_table(), load_cudnn_rnn_host()
+    steps = layer_steps("lstm", "fp16", 128, 2, 1)
+    assert steps == 256
+    assert table.cudnn_rnn_ns(backward=False, layer_steps=steps) == (
+        rnn.call_ns["fwd"] + 256 * rnn.layer_step_ns["fwd"] - table.script_call_ns)
+    assert table.cudnn_rnn_ns(backward=True, layer_steps=0) == (
+        rnn.call_ns["bwd"] - table.script_call_ns)
+    # measured flat in sequence length: cuDNN runs the whole sequence without per-step work
+    assert layer_steps("lstm", "fp16", 128, 1, 1) == 0
+    assert layer_steps("lstm", "fp32", 128, 1, 1) == 128
+    assert layer_steps("gru", "fp16", 128, 1, 2) == 256
+    with pytest.raises(ValueError, match="layer_step_ns needs a cost >= 0 ns for bwd"):
+        cost_from_json({"reference": "h100-host", "call_ns": {"fwd": 1, "bwd": 1},
+                        "layer_step_ns": {"fwd": 1}, "provenance": {}})

@@ -13,7 +13,8 @@ from hwmodel.compute.inductor import generated_kernel
 from hwmodel.compute.model import HOST_COPY_LATENCY_NS, table_path
 from hwmodel.compute.ops import base_name, is_memory_bound
 from hwmodel.compute.spec import MEMCPY_HTOD, STRIDED, Family, rnn_flops
-from hwmodel.compute.table import TRITON_ROWS, Estimate, KernelTable, MeasuredRow
+from hwmodel.compute.table import (ALIGNED_BYTES, TRITON_ROWS, Estimate, KernelTable,
+                                   MeasuredRow, matmul_alignment)
 
 H100 = lookup_gpu("h100")
 H200 = lookup_gpu("h200")
@@ -265,6 +266,35 @@ def test_recurrent_layers_are_costed_by_rate_from_their_own_pass() -> None:
     assert middle is not None and not middle.exact
     assert 320_000 < middle.duration_ns < 1_280_000
     assert table.estimate(spec(64, "aten::_cudnn_rnn_backward")) is None
+
+
+def _matmul_row(m: int, n: int, k: int, time_us: float) -> dict[str, Any]:
+    return {"section": "matmul", "op": "mm", "aten_ops": "mm", "dtype": "bf16",
+            "cache": "cold", "shape": json.dumps({"m": m, "n": n, "k": k, "layout": "nt"}),
+            "bytes": 2 * (m * k + k * n + m * n), "time_us": time_us, "flops": 2 * m * n * k}
+
+
+def test_unaligned_matmuls_are_costed_only_from_rows_of_their_alignment() -> None:
+    """A product with a dimension no multiple of 16 bytes (BERT's vocabulary of 30522) runs
+    slower kernels: its own rows cost it and its unaligned neighbours; aligned products never
+    take the unaligned rows' rate; without unaligned rows, the aligned ones still answer."""
+    aligned = [_matmul_row(m, 30528, 768, m / 16.0) for m in (2048, 4096, 8192, 16384)]
+    slow = _matmul_row(8192, 30522, 768, 1600.0)
+
+    def spec(m: int, n: int) -> KernelSpec:
+        return KernelSpec("aten::mm", 2 * m * n * 768, 0, "bf16", (1, m, n, 768), "nt")
+
+    assert matmul_alignment((1, 8192, 30522, 768), "bf16") == 4
+    assert matmul_alignment((1, 8192, 51865, 512), "bf16") == 2
+    assert matmul_alignment((1, 8192, 30522, 768), "fp32") == 8
+    assert matmul_alignment((1, 8192, 30528, 768), "bf16") == ALIGNED_BYTES
+    only_aligned = KernelTable([MeasuredRow.parse(r) for r in aligned])
+    table = KernelTable([MeasuredRow.parse(r) for r in (*aligned, slow)])
+    assert table.estimate(spec(8192, 30522)) == Estimate(1_600_000, True)
+    near = table.estimate(spec(4096, 30522)).duration_ns
+    assert near > 2 * only_aligned.estimate(spec(4096, 30522)).duration_ns
+    assert table.estimate(spec(4096, 30528)) == only_aligned.estimate(spec(4096, 30528))
+    assert only_aligned.estimate(spec(4096, 30522)) is not None
 
 
 def test_a_launch_bound_row_says_nothing_of_a_far_larger_kernel() -> None:
