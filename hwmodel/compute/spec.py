@@ -1,6 +1,7 @@
 """What the compute model knows about one kernel launch: plain numbers, no tensors.
 
-The rank side (``intercept.dispatch.op_costs``) fills a :class:`KernelSpec` from the op's arguments;
+The rank side (``intercept.dispatch.op_costs``) and a trace's reader (``phantora.profiles``) fill
+a :class:`KernelSpec` from an op's arguments by the rules of :mod:`hwmodel.compute.launch_rules`;
 the compute model (:class:`hwmodel.compute.model.ComputeModel`) turns it into a duration. Keeping
 it to hashable numbers lets the model cache durations per distinct launch, and keeps
 ``hwmodel.compute`` free of PyTorch.
@@ -97,6 +98,10 @@ class KernelSpec:
 
 RNN_GATES = {"rnn_relu": 1, "rnn_tanh": 1, "lstm": 4, "gru": 3}
 """Weight matrices per layer and direction of each cell: its GEMMs' width in hidden sizes."""
+CUDNN_MODES = {"rnn_relu": 0, "rnn_tanh": 1, "lstm": 2, "gru": 3}
+"""cuDNN's ``cudnnRNNMode_t`` of each cell, as ``_cudnn_rnn`` takes it."""
+RNN_CELLS = {mode: cell for cell, mode in CUDNN_MODES.items()}
+"""The cell of each cuDNN mode, as a recurrent launch's variant names it."""
 
 
 def rnn_flops(cell: str, dims: tuple[int, ...], tokens: int, backward: bool) -> int:

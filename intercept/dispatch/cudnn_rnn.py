@@ -24,12 +24,10 @@ from typing import Any
 import torch
 from torch._meta_registrations import _cudnn_rnn as _torch_cudnn_rnn_meta
 
+from hwmodel.compute.spec import CUDNN_MODES, RNN_CELLS
+
 aten = torch.ops.aten
 
-CUDNN_MODES = {"rnn_relu": 0, "rnn_tanh": 1, "lstm": 2, "gru": 3}
-"""cuDNN's ``cudnnRNNMode_t`` of each recurrent op, as ``_cudnn_rnn`` takes it."""
-CELLS = {mode: name for name, mode in CUDNN_MODES.items()}
-"""The cell of each cuDNN mode, as a recurrent launch's variant names it."""
 CUDNN_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 """The input dtypes a CUDA build's ``at::cudnn_is_acceptable`` hands to cuDNN (torch 2.11 on an
 H100 took bf16 too); others run the cell path."""
@@ -199,7 +197,7 @@ def cudnn_rnn_meta(input: torch.Tensor, weight: list[torch.Tensor], weight_strid
     if buffer is None or buffer.numel() != total:
         buffer = weight[0].new_empty(total)  # weights not flattened: cuDNN copies them
     tokens = input.shape[0] if batch_sizes else input.shape[0] * input.shape[1]
-    size = reserve_bytes(CELLS[mode], tokens, hidden_size, num_layers,
+    size = reserve_bytes(RNN_CELLS[mode], tokens, hidden_size, num_layers,
                          2 if bidirectional else 1, input.element_size()) if train else 0
     if batch_first and not batch_sizes:
         output = _sequence_first(output)
