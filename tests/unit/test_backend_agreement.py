@@ -15,6 +15,8 @@ from phantora.network.base import NetworkBackend
 from phantora.network.flow import FluidBackend
 from phantora.network.roce_presets import preset
 
+from .test_ns3_backend import ns3_config
+
 pytestmark = pytest.mark.ns3
 
 MIB = 2**20
@@ -40,13 +42,12 @@ def _completion_ns(backend: NetworkBackend, flows: list[tuple[int, int, int]]) -
 
 def _both(topology: Topology, flows: list[tuple[int, int, int]], transport: str
           ) -> tuple[list[int], list[int], dict[str, int | float | str]]:
-    from phantora.network.ns3 import Ns3Backend, Ns3Config
+    from phantora.network.ns3 import Ns3Backend
 
     fluid = FluidBackend(topology, scope="inter")
     fluid_ns = _completion_ns(fluid, flows)
     roce = preset("simai", topology.fastest_nic_gbps()) if transport == "roce" else None
-    config = Ns3Config(transport=transport, roce=roce)  # type: ignore[arg-type]
-    with Ns3Backend(topology, config) as packets:
+    with Ns3Backend(topology, ns3_config(transport=transport, roce=roce)) as packets:
         packet_ns = _completion_ns(packets, flows)
         extra = packets.stats().extra
     return fluid_ns, packet_ns, extra

@@ -18,7 +18,7 @@ from phantora.network.flow import FluidBackend
 from phantora.network.flow.routing import ecmp_key
 from phantora.network.roce_presets import preset
 
-from .test_ns3_backend import ns3_test, run_until_idle
+from .test_ns3_backend import ns3_config, ns3_test, run_until_idle
 
 HOST = HostSpec(gpus_per_host=2, nvlink_gbps=240.0, nvlink_latency_ns=100, nic_gbps=100.0)
 TAGS = range(4)
@@ -124,10 +124,10 @@ def test_bad_failures_are_refused_by_both_backends(case: int) -> None:
     expected, failures = bad_failures(topology)[case]
     with pytest.raises(BackendError, match=expected):
         FluidBackend(topology, "inter", failures)
-    from phantora.network.ns3 import Ns3Backend, Ns3Config
+    from phantora.network.ns3 import Ns3Backend
 
     with pytest.raises(BackendError, match=expected):  # raised before ns-3 is touched
-        Ns3Backend(topology, Ns3Config(transport="dctcp"), failures=failures)
+        Ns3Backend(topology, ns3_config(), failures=failures)
 
 
 # -- fluid backend -------------------------------------------------------------------------
@@ -191,10 +191,10 @@ TRANSPORTS = pytest.mark.parametrize("transport", ["roce", "dctcp"])
 def ns3_run(transport: str, pairs: Sequence[tuple[int, int]],
             failures: Sequence[LinkFailure] = (),
             start_ns: int = 0) -> tuple[dict[int, int], dict[str, int | float | str]]:
-    from phantora.network.ns3 import Ns3Backend, Ns3Config
+    from phantora.network.ns3 import Ns3Backend
 
     roce = preset("simai", HOST.nic_gbps) if transport == "roce" else None
-    with Ns3Backend(rail(), Ns3Config(transport=transport, roce=roce), failures) as backend:
+    with Ns3Backend(rail(), ns3_config(transport=transport, roce=roce), failures) as backend:
         ids = start_flows(backend, pairs, start_ns)
         ends = run_until_idle(backend)
         extra = backend.stats().extra

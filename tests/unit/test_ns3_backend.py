@@ -15,6 +15,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,7 +42,14 @@ def gpu(host: int, local: int = 0) -> int:
     return host * GPUS_PER_HOST + local
 
 
-DEFAULTS = Ns3Config(transport="dctcp")
+def ns3_config(**overrides: Any) -> Ns3Config:
+    """The backend's settings these tests are written for: DCTCP on jumbo frames, 2 MiB port
+    buffers, K = 150 KB, seed 1; ``overrides`` replace any (RoCE: transport and roce)."""
+    return Ns3Config(**{"transport": "dctcp", "mtu_bytes": 9000, "switch_buffer_bytes": 2 * 2**20,
+                        "ecn_threshold_bytes": 150_000, "seed": 1, **overrides})
+
+
+DEFAULTS = ns3_config()
 
 
 def wire_ns(nbytes: int) -> float:
@@ -85,7 +93,7 @@ def test_single_flow_is_serialization_plus_propagation() -> None:
     each packet's serialization to whole ns)."""
     nbytes = 4 * 2**20
     rtt_ns = 2 * (2 * LATENCY_NS + 2 * wire_ns(DEFAULTS.segment_bytes))
-    with Ns3Backend(fabric(), Ns3Config(transport="dctcp")) as backend:
+    with Ns3Backend(fabric(), ns3_config()) as backend:
         backend.add_flow(gpu(0), gpu(1), nbytes, 0)
         (first,) = run_until_idle(backend).values()
         assert idle_path_ns(nbytes) <= first <= idle_path_ns(nbytes) + 4 * rtt_ns
@@ -97,7 +105,7 @@ def test_single_flow_is_serialization_plus_propagation() -> None:
 @ns3_test
 def test_two_flows_sharing_a_nic_each_get_about_half() -> None:
     nbytes = 4 * 2**20
-    with Ns3Backend(fabric(), Ns3Config(transport="dctcp")) as backend:
+    with Ns3Backend(fabric(), ns3_config()) as backend:
         for dst_host in (1, 2):  # two connections out of the same NIC, each to its own NIC
             backend.add_flow(gpu(0), gpu(dst_host), nbytes, 0)
         ends = sorted(run_until_idle(backend).values())
@@ -111,7 +119,7 @@ def test_two_flows_sharing_a_nic_each_get_about_half() -> None:
 
 @ns3_test
 def test_contract_start_in_past_and_stop_at_first_completion() -> None:
-    with Ns3Backend(fabric(), Ns3Config(transport="dctcp")) as backend:
+    with Ns3Backend(fabric(), ns3_config()) as backend:
         assert backend.next_event_ns() is None
         assert backend.advance_to(5_000) == [] and backend.now_ns() == 5_000  # lands exactly
         with pytest.raises(BackendError, match="past"):
@@ -136,7 +144,7 @@ def test_contract_start_in_past_and_stop_at_first_completion() -> None:
 def deterministic_run() -> tuple[dict[int, int], dict[str, int | float]]:
     """Same-rail and cross-rail (two spines: hash ECMP) flows with staggered starts; returns
     end times and the stats that do not depend on CPU time."""
-    with Ns3Backend(fabric(), Ns3Config(transport="dctcp", seed=7)) as backend:
+    with Ns3Backend(fabric(), ns3_config(seed=7)) as backend:
         for src, dst, start in ((0, 2, 0), (2, 4, 0), (4, 6, 1_000), (6, 0, 2_000), (1, 3, 0),
                                 (3, 1, 500), (0, 3, 0), (2, 7, 0), (5, 0, 300), (7, 2, 0)):
             backend.add_flow(src, dst, 300_000, start, tag=src)
@@ -170,7 +178,7 @@ def test_first_backend_of_a_fresh_process_gives_the_same_results() -> None:
 @ns3_test
 def test_incast_marks_ecn_and_keeps_the_receiver_busy() -> None:
     senders, nbytes = 3, 4 * 2**20
-    with Ns3Backend(fabric(hosts=senders + 1), Ns3Config(transport="dctcp")) as backend:
+    with Ns3Backend(fabric(hosts=senders + 1), ns3_config()) as backend:
         for host in range(1, senders + 1):
             backend.add_flow(gpu(host), gpu(0), nbytes, 0)
         last = max(run_until_idle(backend).values())
@@ -184,16 +192,16 @@ def test_incast_marks_ecn_and_keeps_the_receiver_busy() -> None:
 
 @ns3_test
 def test_one_backend_at_a_time_and_reopen_after_close() -> None:
-    first = Ns3Backend(fabric(), Ns3Config(transport="dctcp"))
+    first = Ns3Backend(fabric(), ns3_config())
     with pytest.raises(BackendError, match="close"):
-        Ns3Backend(fabric(), Ns3Config(transport="dctcp"))
+        Ns3Backend(fabric(), ns3_config())
     first.add_flow(gpu(0), gpu(1), 10_000, 0)
     run_until_idle(first)
     first.close()
     assert first.stats().flows == 1  # final counters survive close()
     with pytest.raises(BackendError, match="closed"):
         first.add_flow(gpu(0), gpu(1), 10_000, 0)
-    with Ns3Backend(fabric(), Ns3Config(transport="dctcp")) as second:
+    with Ns3Backend(fabric(), ns3_config()) as second:
         assert second.now_ns() == 0
         second.add_flow(gpu(0), gpu(1), 10_000, 0)
         assert len(run_until_idle(second)) == 1
@@ -206,7 +214,7 @@ def test_bad_topology_is_a_clear_error() -> None:
     link = topology.links[nic]
     topology.links[nic] = Link(link.a, link.b, 0.0, link.latency_ns, LinkKind.NIC)
     with pytest.raises(BackendError, match="gbps=0.0"):
-        Ns3Backend(topology, Ns3Config(transport="dctcp"))
+        Ns3Backend(topology, ns3_config())
 
 
 @pytest.mark.parametrize(("field", "value", "message"), [
@@ -224,7 +232,7 @@ def test_bad_topology_is_a_clear_error() -> None:
 def test_invalid_config_names_field_value_and_range(field: str, value: object,
                                                     message: str) -> None:
     with pytest.raises(ValueError, match=f"Ns3Config.{field}") as error:
-        Ns3Config(**{field: value})
+        ns3_config(**{field: value})
     assert message in str(error.value)
 
 

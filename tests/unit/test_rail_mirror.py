@@ -18,6 +18,8 @@ from phantora.network.flow import FluidBackend
 from phantora.network.mirror import APPROXIMATE_SIZE_TOLERANCE, RailMirrorBackend, rail_mirrored
 from phantora.network.rails import find_rails
 
+from .test_ns3_backend import ns3_config
+
 HOSTS = 4
 RAILS = 4
 HOST = HostSpec(gpus_per_host=RAILS, nvlink_gbps=3600.0, nvlink_latency_ns=100, nic_gbps=400.0)
@@ -137,11 +139,11 @@ def test_a_fabric_without_rails_simulates_everything_and_says_why() -> None:
 @pytest.mark.ns3
 @pytest.mark.skipif(importlib.util.find_spec("ns3") is None, reason="needs the ns3 package")
 def test_ns3_roce_mirrored_equals_every_rail_with_counters() -> None:
-    from phantora.network.ns3 import Ns3Backend, Ns3Config
+    from phantora.network.ns3 import Ns3Backend
     from phantora.network.roce_presets import preset
 
     topology = rails_fabric()
-    config = Ns3Config(roce=preset("simai", HOST.nic_gbps))
+    config = ns3_config(transport="roce", roce=preset("simai", HOST.nic_gbps))
     rounds = [ring([1_000_000] * RAILS), ring([3_000_000] * RAILS)]
     full = Ns3Backend(topology, config)
     want = run(full, rounds)

@@ -23,7 +23,7 @@ from phantora.cluster.topology import (
 from phantora.network.ns3.roce import ETHERNET_FRAMING_BYTES, ROCE_HEADER_BYTES
 from phantora.network.roce_presets import PRESETS, RoceSettings, preset
 
-from .test_ns3_backend import ns3_test, run_until_idle
+from .test_ns3_backend import ns3_config, ns3_test, run_until_idle
 
 GBPS = 100.0
 LATENCY_NS = 1000
@@ -55,9 +55,9 @@ PFC_ONLY = settings(congestion_control="none", buffer_bytes=1_000_000)
 def run(topology: Topology, roce: RoceSettings, flows: list[tuple[int, int, int, int]],
         seed: int = 1) -> tuple[list[int], dict[str, object]]:
     """Run ``(src, dst, bytes, start_ns)`` flows; their end times and the backend's counters."""
-    from phantora.network.ns3 import Ns3Backend, Ns3Config
+    from phantora.network.ns3 import Ns3Backend
 
-    with Ns3Backend(topology, Ns3Config(transport="roce", roce=roce, seed=seed)) as backend:
+    with Ns3Backend(topology, ns3_config(transport="roce", roce=roce, seed=seed)) as backend:
         ids = [backend.add_flow(src, dst, nbytes, start, tag=i)
                for i, (src, dst, nbytes, start) in enumerate(flows)]
         ends = run_until_idle(backend)
@@ -119,10 +119,10 @@ def test_dcqcn_converges_two_competing_flows_to_fair_rates() -> None:
     """A runs alone at line rate, B joins 400 us later; with no PFC in play (a large buffer)
     only DCQCN can even them out: 600 us later their rates agree within 5%, and together they
     no longer exceed the bottleneck."""
-    from phantora.network.ns3 import Ns3Backend, Ns3Config
+    from phantora.network.ns3 import Ns3Backend
 
     roce = settings("dcqcn-paper", buffer_bytes=64_000_000)
-    with Ns3Backend(star(3), Ns3Config(transport="roce", roce=roce)) as backend:
+    with Ns3Backend(star(3), ns3_config(transport="roce", roce=roce)) as backend:
         backend.add_flow(1, 0, 20_000_000, 0)
         backend.add_flow(2, 0, 20_000_000, 400_000)
         assert backend.advance_to(1_000_000) == []

@@ -24,29 +24,33 @@ _UINT32_MAX = 2**32 - 1
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Ns3Config:
-    """How the ns-3 backend models NICs, switches and the transport."""
+    """How the ns-3 backend models NICs, switches and the transport. What a scenario decides
+    (transport, MTU, buffers, ECN threshold, RoCE settings, seed) has no default here: a run
+    passes its resolved scenario's (:func:`phantora.run.assemble.make_backend`). The TCP
+    stack's own constants have theirs."""
 
-    mtu_bytes: int = 9000
-    """IP MTU of every fabric link. Simulation cost grows with the packet count, so jumbo
-    frames (the usual setting of GPU fabrics) are also 6-7x cheaper to simulate than 1500."""
-
-    switch_buffer_bytes: int = 2 * 2**20
-    """Buffer of each switch egress port. Datacenter switches share ~64 MB among 64 ports and
-    let a congested port take a few MB of it; 2 MiB per port is a conservative share."""
-
-    ecn_threshold_bytes: int = 150_000
-    """Backlog at which a switch port CE-marks packets (DCTCP's K; RED MinTh = MaxTh = K).
-    150 KB is the usual minimum ECN threshold of RoCE/DCTCP deployments at 100-400 Gbps and
-    above the ~BDP/7 that DCTCP needs for full throughput at a few microseconds of RTT."""
-
-    transport: Transport = "roce"
+    transport: Transport
     """``"roce"`` (RDMA over PFC + DCQCN) or ``"dctcp"`` (TCP with DCTCP over ECN-marking
     switches); the ``tcp_*``, ``switch_buffer_bytes`` and ``ecn_threshold_bytes`` fields are
     DCTCP's, ``roce`` holds RoCE's."""
 
+    mtu_bytes: int
+    """IP MTU of every fabric link. Simulation cost grows with the packet count, so jumbo
+    frames (the usual setting of GPU fabrics) are also 6-7x cheaper to simulate than 1500."""
+
+    switch_buffer_bytes: int
+    """Buffer of each switch egress port."""
+
+    ecn_threshold_bytes: int
+    """Backlog at which a switch port CE-marks packets (DCTCP's K; RED MinTh = MaxTh = K)."""
+
     roce: RoceSettings | None = None
     """RoCE settings, required with ``transport="roce"`` (a scenario's are resolved from its
     preset and overrides; :func:`~phantora.network.roce_presets.preset` gives a preset's)."""
+
+    seed: int
+    """Seeds ns-3's random numbers and the switches' ECMP hash: a different seed gives a
+    different but equally valid assignment of connections to equal-cost paths."""
 
     tcp_buffer_bytes: int | None = None
     """TCP send and receive buffer per connection; the send buffer bounds the data in flight.
@@ -75,10 +79,6 @@ class Ns3Config:
     """Longest an ACK waits for more segments: a GRO batch ends with the receive poll, about a
     microsecond. Much longer (ns-3's default is 200 ms) stalls windows smaller than
     ``tcp_delayed_ack_segments`` segments, e.g. DCTCP flows in an incast."""
-
-    seed: int = 1
-    """Seeds ns-3's random numbers and the switches' ECMP hash: a different seed gives a
-    different but equally valid assignment of connections to equal-cost paths."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
