@@ -199,3 +199,15 @@ def test_grouped_gemm_passes_are_told_apart() -> None:
         spec = op_costs.kernel_spec("aten::_grouped_mm", aten._grouped_mm.default, (a, b, offs),
                                     {}, None)
         assert (spec.dims, spec.variant, spec.flops) == (dims, variant, 2 * rows * n * k)
+
+
+def test_the_rules_tell_a_layout_as_pytorch_does() -> None:
+    """The cost rules tell contiguity from the strides (all a trace has), for live tensors too:
+    transposed, sliced, broadcast, channels_last, size-1 and empty tensors."""
+    image = meta(2, 3, 4, 5)
+    for t in (image, image.transpose(1, 2), image[..., ::2], meta(3, 1, 5).expand(3, 4, 5),
+              image.to(memory_format=torch.channels_last), meta(1, 3, 1, 1), meta(0, 5).t(),
+              meta(4, 1, 6, 1).to(memory_format=torch.channels_last)):
+        described = op_costs.operand(t)
+        assert (described.contiguous(), described.channels_last()) == (
+            t.is_contiguous(), t.is_contiguous(memory_format=torch.channels_last))
