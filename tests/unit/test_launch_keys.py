@@ -42,7 +42,7 @@ def _calls() -> dict[str, Call]:
                                                               device="meta")
     q, k = meta(2, 8, 256, 64), meta(2, 2, 256, 64)
     image, kernel = channels_last(8, 64, 28, 28), channels_last(128, 64, 3, 3)
-    grad_image = channels_last(8, 128, 14, 14)
+    grad_image, depthwise = channels_last(8, 128, 14, 14), channels_last(64, 1, 3, 3)
     mean_rstd = aten.native_layer_norm.default(x, [256], meta(256), meta(256), 1e-5)
     bn = aten.native_batch_norm.default(image, meta(64, dtype=FP32), meta(64, dtype=FP32),
                                         meta(64, dtype=FP32), meta(64, dtype=FP32), True, 0.1,
@@ -59,6 +59,12 @@ def _calls() -> dict[str, Call]:
         "conv backward": (aten.convolution_backward.default,
                           (grad_image, image, kernel, None, [2, 2], [1, 1], [1, 1], False,
                            [0, 0], 1, [True, True, False]), {}),
+        "depthwise conv": (aten.convolution.default,
+                           (image, depthwise, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 64),
+                           {}),
+        "depthwise conv backward": (aten.convolution_backward.default,
+                                    (image, image, depthwise, None, [1, 1], [1, 1], [1, 1],
+                                     False, [0, 0], 64, [True, True, False]), {}),
         "add broadcast": (aten.add.Tensor, (x, meta(256)), {}),
         "add_ in place": (aten.add_.Tensor, (x, x), {}),
         "mul by a number": (aten.mul.Tensor, (x, 0.5), {}),
