@@ -12,7 +12,7 @@ bit for bit) and how its text is drawn from the run's files. Each run runs once;
 compares instead of writing and exits 1 naming every output that differs, by a single
 character. Wall times, which no run repeats, are left out of the comparison (a CSV's
 ``wall_s``); the docs' prose gives them as measured.
-``tests/integration/test_doc_outputs.py`` runs the same comparison in CI (45 s on a quiet 2-core
+``scripts/tests/test_doc_outputs.py`` runs the same comparison in CI (45 s on a quiet 2-core
 machine, about 2 minutes on a loaded one).
 
   1. python3 scripts/docs/regenerate_doc_outputs.py                  # run, rewrite the docs

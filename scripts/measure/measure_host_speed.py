@@ -22,13 +22,11 @@ measurements.
 """
 
 import json
-import multiprocessing
 import os
 import platform
 import statistics
 import sys
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +38,7 @@ import torch  # noqa: E402
 
 from hwmodel.measured import host_references  # noqa: E402
 from intercept.host_time import host_benchmark  # noqa: E402
+from measurements.cpu_load import busy_cpus  # noqa: E402
 from scripts import common  # noqa: E402
 
 _NS_PER_MS = 1e6
@@ -50,27 +49,6 @@ def system() -> dict[str, Any]:
     return {"cpu": common.cpu_model(), "cpus": os.cpu_count(), "python": platform.python_version(),
             "torch": torch.__version__, "platform": platform.platform(),
             "benchmark_version": host_references.BENCHMARK_VERSION}
-
-
-def _spin() -> None:
-    while True:
-        pass
-
-
-@contextmanager
-def load(processes: int) -> Iterator[None]:
-    """``processes`` busy-looping processes run while inside."""
-    context = multiprocessing.get_context("fork")
-    spinners = [context.Process(target=_spin, daemon=True) for _ in range(processes)]
-    for spinner in spinners:
-        spinner.start()
-    try:
-        yield
-    finally:
-        for spinner in spinners:
-            spinner.terminate()
-        for spinner in spinners:
-            spinner.join()
 
 
 def summarize(measurements: list[dict[str, int]]) -> dict[str, int]:
@@ -155,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--rounds and --repeats are >= 1, --load >= 0")
     info = system()
     print(" | ".join(f"{k}: {v}" for k, v in info.items()) + f" | load: {args.load}")
-    with load(args.load):
+    with busy_cpus(args.load):
         measurements = [host_benchmark.measure(args.rounds) for _ in range(args.repeats)]
     summary = summarize(measurements)
     report(measurements, summary)

@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from measurements.step_kernels import simulated_step_kernel_ms, traced_step_kernel_ms
 from phantora.cli import main
-from scripts.validate.validate_calibration import (simulated_step_kernel_ms,
-                                                   traced_step_kernel_ms)
 from tests.integration.live_examples import ROOT, SCENARIO_DIR
 
 TRACE = ROOT / "scripts" / "data" / "traces" / "h100x1" / "h100x1_ci-h100x1-gpt-single" / \

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from scripts.measure.measure_host_speed import load as busy_cpus
+from measurements.cpu_load import busy_cpus
 from tests.integration.live_examples import SCENARIO_DIR, parse_steps
 
 

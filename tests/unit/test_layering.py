@@ -4,7 +4,8 @@ never import each other and both stand on ``launch``, the shared models (``hwmod
 rank<->engine ``wire``, which import neither side; inside ``phantora`` and ``hwmodel`` each layer
 imports only the layers below it; the measured values import nothing heavy, the shared models
 and the network backends no PyTorch, the rank side no ns-3; ``launch`` nothing heavy; the wire no
-PyTorch and no ns-3. And ``intercept`` keeps one subpackage per model, few modules at its top."""
+PyTorch and no ns-3. And ``intercept`` keeps one subpackage per model, few modules at its top.
+The product's tests (``tests/``) import product code and test helpers only, never ``scripts``."""
 import ast
 import os
 import shutil
@@ -93,3 +94,26 @@ def test_intercept_is_one_subpackage_per_model() -> None:
         init = package / "__init__.py"
         assert ast.get_docstring(ast.parse(init.read_text())), f"{init} needs a docstring"
         assert not _has_code(init), f"{init}: keep it to a docstring"
+
+
+def _imported(path: Path) -> set[str]:
+    """The modules ``path`` imports, at any depth of its code."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_the_tests_import_no_script() -> None:
+    """``tests/`` tests the product: it imports no module of ``scripts/`` (one-off measurements,
+    validation harnesses, benchmarks). What a test and a script both need sits in a package
+    (``measurements``: the readers of ``data/``); a script's own tests sit in ``scripts/tests/``
+    and go with it."""
+    offenders = {str(path.relative_to(ROOT)): sorted(imported)
+                 for path in sorted((ROOT / "tests").rglob("*.py"))
+                 if (imported := {name for name in _imported(path)
+                                  if name == "scripts" or name.startswith("scripts.")})}
+    assert not offenders, offenders

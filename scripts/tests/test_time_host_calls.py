@@ -1,13 +1,18 @@
-"""``scripts/measure/time_host_calls.py``: collective calls are timed per training step."""
+"""``scripts/measure/time_host_calls.py``: collective calls are timed per training step, and the
+shipped collective host cost (``intercept.host_time.collective_host``) matches the calls it
+read."""
 
 import json
 import math
+import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from intercept.host_time.collective_host import load_collective_cost
+from scripts.common import REPO
 from scripts.measure import time_host_calls
 
 SCRIPT = """
@@ -160,3 +165,25 @@ def test_the_spread_fit_recovers_the_ranks_spread_of_synthetic_runs(tmp_path: Pa
     assert document["sigma_persistent"] == pytest.approx(0.1, abs=0.01)
     assert document["sigma_short"] == pytest.approx(0.0, abs=0.03)
     assert document["provenance"]["runs"] == ["{}/h200x4_synthetic".format(tmp_path.name)]
+
+
+def test_the_shipped_model_matches_the_measured_calls_by_gap() -> None:
+    """Against the stored calls it was fitted on (session ``h200x2.j``): the median call of each
+    decade of gap within 30% of the model's median there, on the reference host."""
+    model = load_collective_cost()
+    session = REPO / "scripts/measure/data/collective_host/h200x2.j"
+    calls = time_host_calls.session_calls(session, model.reference)
+    by_decade: dict[int, list[tuple[float, float]]] = {}
+    for call in calls:
+        decade = len(str(int(call.gap_ns // 1000)))  # 1: < 10 us, 2: < 100 us, ...
+        by_decade.setdefault(decade, []).append(
+            (call.cost_ns, model.call_ns(call.row, round(call.gap_ns))))
+    checked = 0
+    for decade, pairs in sorted(by_decade.items()):
+        if len(pairs) < 50:
+            continue
+        measured = statistics.median(p[0] for p in pairs)
+        modelled = statistics.median(p[1] for p in pairs)
+        assert modelled == pytest.approx(measured, rel=0.3), f"gaps of 10^{decade - 1} us"
+        checked += 1
+    assert checked >= 4

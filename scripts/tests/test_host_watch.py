@@ -9,7 +9,7 @@ import pytest
 
 from hwmodel.measured.host_references import references
 from scripts.measure import host_cpu_scan, host_speed_effect, host_watch, measure_steps
-from tests.unit.test_validation_scripts import ShellRun
+from scripts.tests.test_validation_scripts import ShellRun
 
 STAT = ("cpu  100 0 50 800 10 0 5 35 0 0\n"
         "cpu0 50 0 25 400 5 0 2 17 0 0\n")
