@@ -34,9 +34,16 @@ def read_text(path: Path) -> str:
     """The text of ``path`` or of its gzipped copy ``<path>.gz``; a ``.gz`` path is unpacked."""
     path = stored(path)
     if path.suffix == ".gz":
-        with gzip.open(path, "rt", encoding="utf-8", newline="") as stream:
+        with gzip.open(path, "rt", encoding="utf-8") as stream:
             return stream.read()
     return path.read_text(encoding="utf-8")
+
+
+def stored_glob(folder: Path, pattern: str) -> list[Path]:
+    """The files of ``folder`` matching ``pattern``, each plain or gzipped (``<name>.gz``), in the
+    order of their plain names."""
+    found = {*folder.glob(pattern), *folder.glob(pattern + ".gz")}
+    return sorted(found, key=lambda path: str(path)[:-3] if path.name.endswith(".gz") else str(path))
 
 
 def plain_name(path: Path) -> str:

@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
+from measurements import plain_name, read_text  # noqa: E402
 from scripts import common  # noqa: E402
 from scripts.common import REPO  # noqa: E402
 
@@ -428,25 +429,26 @@ def main() -> None:
     shipped_map = load_kernel_map(args.gpu)
     if shipped_map is None:
         parser.error(f"--gpu {args.gpu}: no kernel map shipped; measure one with --kernel-map")
-    logs = {path: json.loads(path.read_text()) for path in [*args.fit, *args.check]}
+    logs = {path: json.loads(read_text(path)) for path in [*args.fit, *args.check]}
     fitted_on = [logs[path]["calls"] for path in args.fit]
     costs = {**fit(fitted_on), **kernel_costs(fitted_on, shipped_map)}
     print(json.dumps(costs))
     checks = {}
     for path, record in logs.items():
         role = "fit" if path in args.fit else "check"
-        checks[path.name] = {"role": role}
+        checks[plain_name(path)] = {"role": role}
         for model, mapped in (("kernel_map", shipped_map), ("mean_cost", None)):
             real, fitted = per_step_ms(record["calls"], costs, mapped)
             error = median_error_pct(real, fitted)
-            checks[path.name][f"{model}_error_pct"] = round(error, 1)
-            print(f"{path.name} ({role}, {model}): new-shape host ms per step, measured / "
+            checks[plain_name(path)][f"{model}_error_pct"] = round(error, 1)
+            print(f"{plain_name(path)} ({role}, {model}): new-shape host ms per step, measured / "
                   f"fitted; median of steps 3.. {error:+.1f}%")
             print("  " + "  ".join(f"{r:.0f}/{f:.0f}" for r, f in zip(real, fitted, strict=True)))
     if args.write:
         target = REPO / "hwmodel" / "measured" / "data" / "gemm_heuristic.json"
-        provenance = {"fit_on": [path.name for path in args.fit], "logs": checks,
-                      "measured_on": {path.name: logs[path]["provenance"] for path in args.fit},
+        provenance = {"fit_on": [plain_name(path) for path in args.fit], "logs": checks,
+                      "measured_on": {plain_name(path): logs[path]["provenance"]
+                                      for path in args.fit},
                       "derived_by": "scripts/measure/measure_gemm_heuristic.py --fit"}
         target.write_text(json.dumps({"reference": args.reference, **costs,
                                       "provenance": provenance}, indent=1) + "\n")

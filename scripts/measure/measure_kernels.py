@@ -51,6 +51,7 @@ import contextlib
 import csv
 import datetime
 import importlib.metadata
+import io
 import json
 import math
 import os
@@ -67,6 +68,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
+from measurements import read_text  # noqa: E402
 from scripts import common  # noqa: E402
 
 # This script uses one GPU, but libraries it loads may probe NVLink multicast: off before torch.
@@ -1442,8 +1444,8 @@ def run(cases: dict[str, list[Case]], out: Path, device: torch.device, budget_s:
 
 
 def read_rows(path: Path) -> list[dict[str, str]]:
-    with path.open(newline="") as f:
-        return list(csv.DictReader(f))
+    """The rows of a results.csv, stored plain or gzipped (``results.csv.gz``)."""
+    return list(csv.DictReader(io.StringIO(read_text(path))))
 
 
 def headline(rows: Iterable[dict[str, str]]) -> list[str]:

@@ -29,6 +29,7 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
+from measurements import read_text  # noqa: E402
 from scripts import common  # noqa: E402
 
 
@@ -70,7 +71,7 @@ zeroes its gradient; the CPU build's SDPA names the flash kernels, the GPU ran c
 
 
 def compare(measured_path: Path, summary_path: Path, steps: int) -> None:
-    measured = json.loads(measured_path.read_text())
+    measured = json.loads(read_text(measured_path))
     measured["ops"] = {n: o for n, o in measured["ops"].items()
                        if n.startswith("aten::") and o["us_per_step"] > 0}
     coverage = json.loads(summary_path.read_text())["compute_coverage"]
@@ -112,7 +113,7 @@ def main() -> None:
     if args.verb == "run":
         run(args.script, [a for a in args.script_args if a != "--"], args.steps, args.out)
     else:
-        steps = args.steps or json.loads(args.measured.read_text())["steps"]
+        steps = args.steps or json.loads(read_text(args.measured))["steps"]
         compare(args.measured, args.summary, steps)
 
 

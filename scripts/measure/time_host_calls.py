@@ -73,6 +73,7 @@ from hwmodel.measured.host_references import references  # noqa: E402
 from intercept.host_time.c10d_host import COLLECTIVE_FUNCTIONS  # noqa: E402
 from intercept.host_time.collective_host import ROWS  # noqa: E402
 from intercept.host_time.host_cost import load_table  # noqa: E402
+from measurements import read_text, stored_glob  # noqa: E402
 from scripts.common import run_as_main  # noqa: E402
 from scripts.measure.measure_steps import MACHINE_RE  # noqa: E402
 
@@ -320,7 +321,7 @@ def summarize(root: Path) -> str:
     lines = [f"{'run':<44} {'op':<24} {'calls/step':>10} {'median us':>10} {'mean us':>9} "
              f"{'p90 us':>8} {'ms/step':>8}"]
     for run in sorted(p for p in root.iterdir() if p.is_dir()):
-        ranks = [json.loads(path.read_text()) for path in sorted(run.glob("rank*.json"))]
+        ranks = [json.loads(read_text(path)) for path in stored_glob(run, "rank*.json")]
         for op in sorted({op for record in ranks for op in record["ops"]}):
             rows = [record["ops"][op] for record in ranks if op in record["ops"]]
             values = sorted(v for row in rows for v in row["durations_us"])
@@ -372,14 +373,14 @@ def session_calls(session: Path, reference: str) -> list[Call]:
     (median 0.86; sessions ``h200x2.i`` and ``h200x2.j``)."""
     hosts = references()
     calls = []
-    for rank_file in sorted(session.glob("calls/*/rank*.json")):
+    for rank_file in stored_glob(session, "calls/*/rank*.json"):
         machine = MACHINE_RE.match(rank_file.parent.name.partition("_")[0])
         if machine is None:
             raise SystemExit(f"{rank_file.parent}: not <machine>_<run>, e.g. h200x2_ddp")
         factor = (hosts.hosts[reference].components_ns["torch_ops"]
                   / hosts.for_gpu(machine["gpu"]).components_ns["torch_ops"])
         previous_end_us = None
-        for start_us, duration_us, key in json.loads(rank_file.read_text())["timeline_us"]:
+        for start_us, duration_us, key in json.loads(read_text(rank_file))["timeline_us"]:
             function, _, size = key.partition("/")
             if function.startswith(SYNC_PREFIX):
                 continue
@@ -487,7 +488,7 @@ def fit_spread(sessions: list[Path]) -> dict[str, Any]:
     windows, runs = [], []
     for session in sessions:
         for run in sorted(p for p in session.glob("calls/*") if p.is_dir()):
-            records = [json.loads(f.read_text()) for f in sorted(run.glob("rank*.json"))]
+            records = [json.loads(read_text(f)) for f in stored_glob(run, "rank*.json")]
             if (len(records) < 3 or any(tag in run.name for tag in UNEVEN_WORK + UNTIMED_WAITS)
                     or any("step_ends_us" not in r for r in records)):
                 continue

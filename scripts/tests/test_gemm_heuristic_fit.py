@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from intercept.host_time.gemm_heuristic import load_gemm_heuristic, load_kernel_map
+from measurements import read_text, stored_glob
 from scripts.measure import measure_gemm_heuristic
 
 REPO = Path(__file__).resolve().parents[2]
@@ -24,7 +25,7 @@ def _shipped_costs() -> dict[str, object]:
 
 
 def test_the_shipped_costs_are_the_fit_of_the_stored_logs() -> None:
-    fit_on = [json.loads((LOGS / name).read_text())["calls"]
+    fit_on = [json.loads(read_text(LOGS / name))["calls"]
               for name in load_gemm_heuristic().provenance["fit_on"]]
     costs = {**measure_gemm_heuristic.fit(fit_on),
              **measure_gemm_heuristic.kernel_costs(fit_on, load_kernel_map("h100"))}
@@ -39,9 +40,9 @@ def test_the_fit_holds_on_the_training_runs_it_was_not_fitted_on(mapped: bool) -
     another's by about 30%), with the kernel map and with the mean cost of unmapped products."""
     kernel_map = load_kernel_map("h100") if mapped else None
     errors = []
-    for path in sorted(LOGS.glob("h100x1-training-b8*.json")):
+    for path in stored_glob(LOGS, "h100x1-training-b8*.json"):
         real, fitted = measure_gemm_heuristic.per_step_ms(
-            json.loads(path.read_text())["calls"], _shipped_costs(), kernel_map)
+            json.loads(read_text(path))["calls"], _shipped_costs(), kernel_map)
         errors.append(measure_gemm_heuristic.median_error_pct(real, fitted))
     assert len(errors) == 4
     assert abs(sum(errors) / len(errors)) <= 15, errors
