@@ -200,3 +200,40 @@ def test_a_case_meets_its_goal_within_12_percent_or_inside_a_wide_range() -> Non
     text = harness.report([(case, harness.Outcome(130.0, 1.0, 1.0, [], host_share=0.5))])
     assert "or inside their sessions' range where it spans more than 10%: 0 of 1; " \
            "missed: h200x1-x +30.0%" in text
+
+
+def test_each_measured_run_is_simulated_at_its_probed_host_speed(tmp_path: Path) -> None:
+    """A run measured with --host-watch carries its host's speed; --at-host-speed simulates it
+    on a host that fast (cluster.host_speed), one simulation per distinct speed, an unprobed
+    run at the reference's, and reports each run against its own simulation."""
+    machine = tmp_path / "h100x1"
+    machine.mkdir()
+    command = "/p/python3 /r/scenarios/examples/gpt_single.py --model gpt2-124m --steps 10"
+    for session, ms, host in (("a", 40.0, "=== HOST r: 0.500 of h100-host (9 rounds)\n"),
+                              ("b", 20.0, "=== HOST r: 1.400 of h100-host (9 rounds)\n"),
+                              ("c", 30.0, "")):
+        lines = "\n".join(f"step {i}/10 | loss 1.0 | {ms:.2f} ms" for i in range(1, 11))
+        (machine / f"h100x1_gpt_single.{session}.log").write_text(
+            f"=== RUN r: {command}\n{lines}\n=== EXIT r: 0\n=== WALL r: 9.0 s\n{host}")
+    (case,) = harness.measured_cases(tmp_path)
+    assert case.session_host_speeds == (0.5, 1.4, None)
+    fast = harness.at_host_speed(case, 1.4)
+    assert fast.name == "h100x1-r@host1.40" and fast.scenario["cluster"]["host_speed"] == 1.4
+    parse_scenario(fast.scenario, str(case.scenario_path))
+    simulated = {"h100x1-r@host0.50": 44.0, "h100x1-r@host1.40": 22.0, "h100x1-r@host1.00": 30.0}
+    calls = []
+
+    def fake_simulate(one: harness.Case, out_root: Path, console: object) -> harness.Outcome:
+        calls.append(one.name)
+        return harness.Outcome(simulated[one.name], 1.0, 1.0, [], host_share=0.5)
+
+    original, harness.simulate = harness.simulate, fake_simulate
+    try:
+        outcome = harness.simulate_at_host_speeds(case, tmp_path, None)
+    finally:
+        harness.simulate = original
+    assert sorted(calls) == sorted(simulated)
+    assert outcome.runs_ms == (44.0, 22.0, 30.0) and outcome.simulated_ms == 30.0
+    text = harness.report([(case, outcome)])
+    assert ("each measurement run against its simulation at the host speed probed while it "
+            "ran: 3 runs, mean |error| 6.7%, max 10.0%") in text
