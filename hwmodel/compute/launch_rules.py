@@ -1,18 +1,16 @@
 """The cost rules of one kernel launch, written once for live tensors and for traced shapes.
 
-Both sides describe an aten op call alike: its positional arguments, each tensor an
-:class:`Operand` (other values as Python values), and the tensors it writes. The rank side
+An aten op call is described by its positional arguments, each tensor an :class:`Operand`
+(other values as Python values), and the tensors it writes: the rank side
 (``intercept.dispatch.op_costs``) reads them off live tensors, a profile's reader
-(``phantora.profiles.launch_keys``) off a trace's recorded inputs and the outputs it infers;
+(``phantora.profiles.launch_keys``) off a trace's recorded inputs and the outputs it infers.
 :func:`launch_spec` turns either into the :class:`~hwmodel.compute.spec.KernelSpec` the compute
-model keys (dims and variant per family as it describes them; every other launch is costed by
-its bytes), so a table calibrated from traces and a simulated launch agree by construction.
+model keys, so a table calibrated from traces and a simulated launch agree by construction.
 
-Bytes = bytes read + bytes written, counted as the memory the tensors span (a broadcast
-dimension once). An in-place op counts its mutated input as read and written; the ops in
-:data:`WRITE_ONLY_DESTINATION` do not read their destination, and the :data:`GATHERS` read only
-the rows they pick from their first argument. ``scripts/measure/measure_kernels.py`` counts the
-bytes of the rows it times so, so a launch and its table row agree.
+Bytes = bytes read + bytes written, each tensor the memory it spans (a broadcast dimension
+once). An in-place op's mutated input is read and written, the :data:`WRITE_ONLY_DESTINATION`
+ops do not read it, and the :data:`GATHERS` read only the rows they pick: as
+``scripts/measure/measure_kernels.py`` counts the bytes of the rows it times.
 """
 
 from collections.abc import Callable, Sequence
@@ -172,11 +170,10 @@ def _matmul(name: str, flops: int | None, nbytes: int, a: Operand, b: Operand,
 
 def _convolution(name: str, flops: int | None, nbytes: int, args: Sequence[Any],
                  written: Sequence[Operand], backward: bool) -> KernelSpec:
-    """``convolution(input, weight, bias, stride, padding, dilation, transposed,
-    output_padding, groups)`` / ``convolution_backward(grad_output, input, weight, bias_sizes,
-    stride, padding, dilation, transposed, output_padding, groups, output_mask)``: dims from
-    the input and weight (square images and kernels are assumed: the height is taken), layout
-    ``nhwc`` where the input or the weight is channels_last (cuDNN's rule)."""
+    """``convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding,
+    groups)`` and its backward (``grad_output`` first, ``output_mask`` last): dims from the
+    input and weight (square images and kernels assumed: the height is taken), layout ``nhwc``
+    where the input or the weight is channels_last (cuDNN's rule)."""
     x, weight = (args[1], args[2]) if backward else (args[0], args[1])
     stride = args[4] if backward else args[3]
     groups = args[9] if backward else args[8]
