@@ -55,6 +55,7 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
+from measurements import plain_name, read_text  # noqa: E402
 from scripts import common  # noqa: E402
 
 SLEEP_CYCLES = 200_000_000
@@ -698,13 +699,11 @@ def main() -> None:
                              "c10d, framework, graph, compiled, mix); default all")
     args = parser.parse_args()
     if args.import_raw:
-        with open(args.import_raw) as f:
-            raw = json.load(f)
+        raw = json.loads(read_text(Path(args.import_raw)))
         records = []
         for path in args.import_ops:
-            with open(path) as f:
-                record = json.load(f)
-            record["provenance"]["record"] = os.path.basename(path)
+            record = json.loads(read_text(Path(path)))
+            record["provenance"]["record"] = plain_name(Path(path))
             records.append(record)
         if not records:
             parser.error("--import-raw needs --import-ops (records with the ops section)")
