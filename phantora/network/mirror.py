@@ -31,6 +31,10 @@ collectives on one channel) while it carries no mirrored flow: these *solo* flow
 NIC's round-robin pointer where the other rails' is not, and they hold no mirrored flow up,
 as long as no mirrored flow starts on that rail before they end (else the class splits).
 
+With :func:`rail_mirrored`, approximate mode also simulates each rail's rings on two of its
+hosts (:mod:`phantora.network.host_ring`); where a rail's flows stop being rings while it
+carries some, every host is simulated from then on (a restart).
+
 Counters of packets, marks and pauses are the simulated ones scaled by the bytes of all flows
 over the bytes simulated.
 """
@@ -43,14 +47,9 @@ from dataclasses import dataclass
 
 from phantora.network.base import FlowDone, FlowId, GpuId, NetworkBackend, NetworkStats
 from phantora.cluster.topology import Topology
+from phantora.network.host_ring import HostRingBackend, RingBroken
 from phantora.network.rails import Rails, find_rails
-
-SCALED_COUNTERS = frozenset({
-    "data_packets", "ack_packets", "packet_hops", "drops", "ecn_marks", "pfc_pause_frames",
-    "pfc_paused_ports", "pfc_paused_us_total", "queue_pairs", "queue_pairs_with_cnp",
-    "queue_pairs_rate_cut", "cnps", "rate_cuts", "retransmissions", "connections",
-})
-"""Counters of the wrapped backend that add up over rails, so mirrored rails add theirs."""
+from phantora.network.scaled import scaled
 
 SUMMED_OVER_RESTARTS = frozenset({"events", "setup_cpu_s", "run_cpu_s"})
 """Costs of the wrapped backend that restarts discard but that were spent all the same."""
@@ -74,10 +73,15 @@ class RailMirrorBackend:
     closes the old one first)."""
 
     def __init__(self, rails: Rails | None, make_inner: Callable[[], NetworkBackend],
-                 approximate: bool = False, no_rails: str = "") -> None:
-        """``rails``: ``None`` simulates every flow from the start, ``no_rails`` saying why."""
+                 approximate: bool = False, no_rails: str = "",
+                 make_plain: Callable[[], NetworkBackend] | None = None) -> None:
+        """``rails``: ``None`` simulates every flow from the start, ``no_rails`` saying why.
+        ``make_plain``: where ``make_inner`` builds a :class:`HostRingBackend`, the backend it
+        wraps, for when the rings break (every host simulated from then on)."""
         self._rails = rails if rails is not None else Rails(0, (), ())
         self._make_inner = make_inner
+        self._plain = make_plain
+        self._ring_broken = ""
         self._approximate = approximate
         self._tolerance = APPROXIMATE_SIZE_TOLERANCE if approximate else 0.0
         self._inner = make_inner()
@@ -150,7 +154,12 @@ class RailMirrorBackend:
                 return done
             instant = self._instants[0] if self._instants and not self._full else None
             target = t_ns if instant is None else min(t_ns, instant)
-            done = self._completed(self._inner.advance_to(target))
+            try:
+                done = self._completed(self._inner.advance_to(target))
+            except RingBroken as broken:
+                self._unring(str(broken))
+                self._restart(self._rep_of if not self._full else None, self._fallback)
+                continue
             if done:
                 return done
             if instant is None or instant >= t_ns:
@@ -160,13 +169,9 @@ class RailMirrorBackend:
 
     def stats(self) -> NetworkStats:
         inner = self._inner.stats()
-        extra: dict[str, int | float | str] = dict(inner.extra)
         scale = self._bytes / self._simulated_bytes if self._simulated_bytes else 1.0
+        extra = scaled(inner.extra, scale)
         for key, value in inner.extra.items():
-            if key in SCALED_COUNTERS and isinstance(value, int | float):
-                extra[key] = round(value * scale, 3) if isinstance(value, float) \
-                    else round(value * scale)
-                extra[f"{key}_simulated"] = value
             if key in SUMMED_OVER_RESTARTS and isinstance(value, int | float):
                 total = value + self._discarded[key]
                 extra[key] = round(total) if isinstance(value, int) else round(total, 3)
@@ -184,6 +189,7 @@ class RailMirrorBackend:
             "symmetry.restart_divergent_flows": self._counts["divergent"],
             "symmetry.restart_max_divergence_ns": self._max_divergence_ns,
             "symmetry.fallback": self._fallback,
+            "symmetry.rings_broken": self._ring_broken,
             "symmetry.splits": "; ".join(self._splits),
         })
         return NetworkStats(backend=inner.backend, flows=self._next_id, bytes=self._bytes,
@@ -343,21 +349,16 @@ class RailMirrorBackend:
         all, and no more mirroring) up to now in a fresh wrapped backend."""
         cpu_start = time.process_time()
         now = self.now_ns()
-        for key, value in self._inner.stats().extra.items():
-            if key in SUMMED_OVER_RESTARTS and isinstance(value, int | float):
-                self._discarded[key] += value
-        self._inner.close()
-        self._inner = self._make_inner()
-        self._counts["restarts"] += 1
+        if rep_of is None:
+            self._unring("flows cross rails")
         old_rep_of, self._rep_of = self._rep_of, rep_of if rep_of is not None else \
             list(range(self._rails.count))
-        self._ids, self._simulated_bytes = {}, 0
-        for flow_id, add in enumerate(self._log):
-            rail = self._rails.rail_of[add.src]
-            if self._rep_of[rail] == rail or not self._rails.local(add.src, add.dst):
-                self._run_to(add.at_ns)
-                self._inject(add.src, add.dst, add.nbytes, add.start_ns, add.tag, flow_id)
-        self._run_to(now)
+        while True:
+            try:
+                self._replay(now)
+                break
+            except RingBroken as broken:
+                self._unring(str(broken))
         if rep_of is None:
             self._full, self._fallback = True, fallback
             self._mirrors.clear()
@@ -366,6 +367,29 @@ class RailMirrorBackend:
         else:
             self._regroup(old_rep_of)
         self._restart_cpu_s += time.process_time() - cpu_start
+
+    def _replay(self, now: int) -> None:
+        """A fresh wrapped backend given every logged flow of the simulated rails, run to
+        ``now``."""
+        for key, value in self._inner.stats().extra.items():
+            if key in SUMMED_OVER_RESTARTS and isinstance(value, int | float):
+                self._discarded[key] += value
+        self._inner.close()
+        self._inner = self._make_inner()
+        self._counts["restarts"] += 1
+        self._ids, self._simulated_bytes = {}, 0
+        for flow_id, add in enumerate(self._log):
+            rail = self._rails.rail_of[add.src]
+            if self._rep_of[rail] == rail or not self._rails.local(add.src, add.dst):
+                self._run_to(add.at_ns)
+                self._inject(add.src, add.dst, add.nbytes, add.start_ns, add.tag, flow_id)
+        self._run_to(now)
+
+    def _unring(self, why: str) -> None:
+        """Simulate every host of a rail from the next wrapped backend on."""
+        if self._plain is not None:
+            self._make_inner, self._plain = self._plain, None
+            self._ring_broken = why
 
     def _run_to(self, t_ns: int) -> None:
         """Advance the fresh wrapped backend, checking what completes against the reports;
@@ -417,4 +441,8 @@ def rail_mirrored(topology: Topology, make_inner: Callable[[], NetworkBackend],
     if symmetry == "off":
         return make_inner()
     rails, why = find_rails(topology)
+    if symmetry == "approximate" and rails is not None and topology.hosts % 2 == 0:
+        return RailMirrorBackend(
+            rails, lambda: HostRingBackend(rails, make_inner, APPROXIMATE_SIZE_TOLERANCE), True,
+            why, make_plain=make_inner)
     return RailMirrorBackend(rails, make_inner, symmetry == "approximate", why)

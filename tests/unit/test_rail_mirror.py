@@ -154,3 +154,35 @@ def test_ns3_roce_mirrored_equals_every_rail_with_counters() -> None:
     for key in ("data_packets", "packet_hops", "queue_pairs"):
         assert extra[key] == full_extra[key]
     assert int(extra["events"]) < int(full_extra["events"]) / 2
+
+
+def test_approximate_runs_rings_on_two_hosts() -> None:
+    topology = rails_fabric()
+    rounds = [ring([1_000_000] * RAILS), [(0, RAILS, 5_000, 9)], ring([2_000_000] * RAILS)]
+    backend = rail_mirrored(topology, fluid(topology), "approximate")
+    assert run(backend, rounds) == run(fluid(topology)(), rounds)
+    extra = backend.stats().extra
+    assert extra["symmetry.ring_hosts_simulated"] == 2 and extra["symmetry.rings_broken"] == ""
+    assert extra["symmetry.flows_host_mirrored"] == 2 * (HOSTS - 2)
+    assert extra["symmetry.flows_on_own_hosts"] == 1
+
+
+def test_a_rail_whose_flows_stop_being_rings_simulates_every_host() -> None:
+    topology = rails_fabric()
+    later = [(rail, 2 * RAILS + rail, 500_000, 9) for rail in range(RAILS)]  # while rings run
+
+    def flows(backend: NetworkBackend) -> dict[int, int]:
+        for src, dst, nbytes, tag in ring([1_000_000] * RAILS):
+            backend.add_flow(src, dst, nbytes, 100, tag)
+        backend.advance_to(200)
+        for src, dst, nbytes, tag in later:
+            backend.add_flow(src, dst, nbytes, 200, tag)
+        ends = {done.flow_id: done.end_ns for _ in range(len(later) + HOSTS * RAILS)
+                for done in backend.advance_to(2**62)}
+        backend.close()
+        return ends
+
+    backend = rail_mirrored(topology, fluid(topology), "approximate")
+    assert flows(backend) == flows(fluid(topology)())
+    extra = backend.stats().extra
+    assert "no ring" in str(extra["symmetry.rings_broken"]) and extra["symmetry.restarts"] == 1
