@@ -43,7 +43,12 @@ class Operand:
 
     @property
     def nbytes(self) -> int:
-        return spanned_bytes(self.shape, self.strides, self.itemsize)
+        """Bytes of memory it spans: a broadcast (stride-0) dimension counts once."""
+        elements = 1
+        for size, stride in zip(self.shape, self.strides, strict=True):
+            if stride != 0:
+                elements *= size
+        return elements * self.itemsize
 
     def contiguous(self) -> bool:
         """PyTorch's ``is_contiguous()``: an empty tensor is."""
@@ -64,15 +69,6 @@ def _dense_in_order(t: Operand, order: Sequence[int]) -> bool:
                 return False
             expected *= t.shape[dim]
     return True
-
-
-def spanned_bytes(shape: Sequence[int], strides: Sequence[int], itemsize: int) -> int:
-    """Bytes of memory a tensor spans: a broadcast (stride-0) dimension counts once."""
-    elements = 1
-    for size, stride in zip(shape, strides, strict=True):
-        if stride != 0:
-            elements *= size
-    return elements * itemsize
 
 
 WRITE_ONLY_DESTINATION: frozenset[str] = frozenset({

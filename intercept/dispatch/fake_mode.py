@@ -343,13 +343,13 @@ class SimFakeMode(FakeTensorMode):
                 return None  # a CPU op on fake CPU tensors: no GPU kernel
             device = source.device.index or 0
             if outputs:  # CUDA inputs, CPU outputs: .cpu(), cpu_tensor.copy_(cuda_tensor)
-                transferred = sum(op_costs.tensor_bytes(t) for t in outputs)
+                transferred = sum(op_costs.operand(t).nbytes for t in outputs)
                 return (KernelSpec(MEMCPY_DTOH, bytes=transferred), device,
                         not _non_blocking(func, args, kwargs))
             # else an in-place op that returns nothing (_foreach_add_): an ordinary kernel
         if func in HOST_DEVICE_COPIES and any(t.device.type == "cpu" for t in inputs):
             # a blocking copy synchronises the stream after it (ATen's memcpy_and_sync)
-            transferred = sum(op_costs.tensor_bytes(t) for t in outputs)
+            transferred = sum(op_costs.operand(t).nbytes for t in outputs)
             return (KernelSpec(MEMCPY_HTOD, bytes=transferred), device,
                     not _non_blocking(func, args, kwargs))
         name = self._names.get(func)

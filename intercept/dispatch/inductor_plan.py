@@ -413,14 +413,14 @@ class _Planner:
         for node in group.nodes:
             values = op_costs.flat_tensors(node.meta.get("val"))
             if self._written(node, members):
-                size = sum(_hint(op_costs.tensor_bytes(value)) for value in values)
+                size = sum(_hint(op_costs.operand(value).nbytes) for value in values)
                 written += size
                 buffers += len(values)
                 if sum(_hint(value.numel()) for value in values) > group.numel:
                     written_inside += size
                     buffers_inside += len(values)
             if base_name(node.target._schema.name) in REDUCTIONS:
-                reduced += sum(_hint(op_costs.tensor_bytes(value)) for value in values)
+                reduced += sum(_hint(op_costs.operand(value).nbytes) for value in values)
             for value in values:
                 name = op_costs.dtype_name(value.dtype)
                 dtypes[name] = dtypes.get(name, 0) + _hint(value.numel())
@@ -458,7 +458,7 @@ class _Planner:
                 for buffer, size in self._reads(inner).items():
                     found[buffer] = max(found.get(buffer, 0), size)
             return found
-        return {source: sum(_hint(op_costs.tensor_bytes(value))
+        return {source: sum(_hint(op_costs.operand(value).nbytes)
                             for value in op_costs.flat_tensors(arg.meta.get("val")))}
 
     @functools.cache  # noqa: B019  (one planner per graph)

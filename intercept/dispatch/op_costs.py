@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import flop_registry
 
-from hwmodel.compute.launch_rules import Operand, launch_spec, leaves, spanned_bytes
+from hwmodel.compute.launch_rules import Operand, launch_spec, leaves
 from hwmodel.compute.spec import KernelSpec
 
 DTYPE_NAMES: dict[torch.dtype, str] = {torch.bfloat16: "bf16", torch.float16: "fp16",
@@ -93,11 +93,6 @@ def flops(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) ->
             count //= 2
         _flops_cache[key] = count
     return count
-
-
-def tensor_bytes(t: torch.Tensor) -> int:
-    """Bytes of memory the tensor spans (broadcast dimensions count once)."""
-    return spanned_bytes(t.shape, t.stride(), t.element_size())
 
 
 def flat_tensors(value: Any) -> list[torch.Tensor]:
