@@ -218,7 +218,7 @@ over few hosts is not proof of GPU-bound."""
 
 def steady_across_hosts(case: Case) -> bool:
     """See :data:`STEADY_SPAN`: the cases whose accuracy does not hang on the host-time model
-    (``--steady``, and the bounds CI checks in ``tests/integration/test_accuracy_bounds.py``).
+    (``--steady``, and the bounds CI checks in ``scripts/tests/test_accuracy_bounds.py``).
     Sessions on one instance do not count twice: a host-bound run can be steady there while
     its host's speed holds."""
     spans = case.session_ms
