@@ -18,7 +18,7 @@ from math import ceil, prod
 from typing import Any
 
 from hwmodel.compute import launch_rules
-from hwmodel.compute.launch_rules import MATMUL_OPERANDS, Operand, grouped_matmul_dims
+from hwmodel.compute.launch_rules import MATMUL_OPERANDS, Operand, grouped_matmul_dims, leaves
 from hwmodel.compute.ops import base_name, is_memory_bound
 from hwmodel.compute.spec import CONV_OPS, GROUPED_MATMUL_OPS, MATMUL_OPS, KernelSpec
 from phantora.profiles.kineto import OpCall
@@ -172,8 +172,8 @@ def _attention(backward: bool) -> OutputRule:
     def rule(args: list[Argument]) -> list[Operand]:
         query = _tensor(args, 1 if backward else 0, rank=4)
         _tensor(args, 2 if backward else 1)  # the key, which the rules read
-        return _tensors(args)[1:4] if backward else [_like(query),
-                                                     dense(query.shape[:3], ("fp32", 4))]
+        return leaves(args, Operand)[1:4] if backward else [
+            _like(query), dense(query.shape[:3], ("fp32", 4))]
     return rule
 
 
@@ -234,7 +234,7 @@ def _outputs(op: str, base: str, args: list[Argument]) -> list[Operand] | None:
 
 
 def _pointwise(base: str, args: list[Argument]) -> Operand:
-    tensors = _tensors(args)
+    tensors = leaves(args, Operand)
     if not tensors:
         raise _Unknowable(base)
     shape = _broadcast([t.shape for t in tensors])
@@ -474,10 +474,6 @@ def _window(size: int, kernel: int, stride: int, padding: int, dilation: int,
 
 
 # -- reading recorded arguments -----------------------------------------------------------------
-
-def _tensors(args: list[Argument]) -> list[Operand]:
-    return [a for a in args if isinstance(a, Operand)]
-
 
 def _tensor(args: list[Argument], position: int, rank: int | None = None) -> Operand:
     """The tensor recorded at ``position`` (of ``rank`` dimensions, if given)."""

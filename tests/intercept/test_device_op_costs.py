@@ -208,6 +208,5 @@ def test_the_rules_tell_a_layout_as_pytorch_does() -> None:
     for t in (image, image.transpose(1, 2), image[..., ::2], meta(3, 1, 5).expand(3, 4, 5),
               image.to(memory_format=torch.channels_last), meta(1, 3, 1, 1), meta(0, 5).t(),
               meta(4, 1, 6, 1).to(memory_format=torch.channels_last)):
-        described = op_costs.operand(t)
-        assert (described.contiguous(), described.channels_last()) == (
-            t.is_contiguous(), t.is_contiguous(memory_format=torch.channels_last))
+        layout = (op_costs.operand(t).contiguous(), op_costs.operand(t).channels_last())
+        assert layout == (t.is_contiguous(), t.is_contiguous(memory_format=torch.channels_last))
