@@ -177,9 +177,6 @@ class Case:
     sessions, on one lent host instance or several."""
     session_hosts: tuple[str, ...] = ()
     """The host instance of each session (:func:`host_instance`), in ``session_ms``'s order."""
-    session_host_speeds: tuple[float | None, ...] = ()
-    """Each session's host speed against the GPU's reference host, probed while it ran
-    (``=== HOST`` lines of ``measure_steps.py run --host-watch``); ``None`` where unprobed."""
 
 
 @dataclass(frozen=True)
@@ -326,12 +323,11 @@ def measured_cases(root: Path = STEPS_DIR) -> list[Case]:
                            for _, path in sessions)
         medians = tuple(session.median_ms for session, _ in sessions)
         hosts = tuple(host_instance(path) for _, path in sessions)
-        speeds = tuple(session.host_speed for session, _ in sessions)
         peaks = [session.peak_gib for session, _ in sessions if session.peak_gib is not None]
         cases.append(Case(scenario["name"], run.machine, scenario,
                           ACCURACY_DIR / f"{scenario['name']}.yaml", statistics.median(medians),
                           statistics.median(peaks) if peaks else None, "allocated", source,
-                          medians, hosts, speeds))
+                          medians, hosts))
     return cases
 
 
@@ -432,35 +428,6 @@ def simulate_repeated(case: Case, out_root: Path, console: Console, repeats: int
                    runs_ms=runs_ms)
 
 
-def at_host_speed(case: Case, speed: float) -> Case:
-    """``case`` on a simulated host ``speed`` times as fast as its reference
-    (``cluster.host_speed``), its outputs apart (``<case>@host<speed>``)."""
-    scenario = {**case.scenario, "cluster": {**case.scenario["cluster"], "host_speed": speed}}
-    return replace(case, name=f"{case.name}@host{speed:.2f}", scenario=scenario)
-
-
-def simulate_at_host_speeds(case: Case, out_root: Path, console: Console,
-                            from_outputs: bool = False) -> Outcome:
-    """Each measurement run simulated at the host speed probed while it ran (one simulation
-    per distinct speed, to two decimals; an unprobed run at the reference's): the median of
-    the runs' simulated steps, each run's in ``runs_ms`` in ``session_ms``'s order."""
-    speeds = case.session_host_speeds or (None,) * max(1, len(case.session_ms))
-    outcomes: dict[float, Outcome] = {}
-    for speed in dict.fromkeys(round(s, 2) if s else 1.0 for s in speeds):
-        at_speed = at_host_speed(case, speed)
-        outcomes[speed] = (read_outcome(out_root / at_speed.name, at_speed) if from_outputs
-                           else simulate(at_speed, out_root, console))
-    per_run = [outcomes[round(s, 2) if s else 1.0] for s in speeds]
-    runs_ms = tuple(o.simulated_ms for o in per_run if o.simulated_ms is not None)
-    wall_s = sum(o.wall_s for o in outcomes.values())
-    last = next((o for o in reversed(per_run) if o.simulated_ms is not None), per_run[0])
-    if len(runs_ms) < len(per_run):
-        return replace(last, simulated_ms=None, wall_s=wall_s,
-                       error=next(o.error for o in per_run if o.simulated_ms is None))
-    return replace(last, simulated_ms=statistics.median(runs_ms), wall_s=wall_s,
-                   runs_ms=runs_ms)
-
-
 def error_pct(simulated: float | None, measured: float | None) -> float | None:
     if simulated is None or measured is None or measured == 0:
         return None
@@ -532,11 +499,7 @@ def report(rows: list[tuple[Case, Outcome]]) -> str:
     noise: dict[str, list[list[float]]] = {"host-bound": [], "not host-bound": []}
     judged: list[str] = []
     missed: list[str] = []
-    per_run: list[float] = []
     for case, out in rows:
-        if any(case.session_host_speeds) and len(out.runs_ms) == len(case.session_ms):
-            per_run.extend(100 * (sim / real - 1) for sim, real in zip(out.runs_ms,
-                                                                       case.session_ms))
         if len(case.session_ms) > 1 and out.simulated_ms is not None:
             within = within_sessions(case.session_ms, out.simulated_ms)
             ranged += 1
@@ -575,14 +538,10 @@ def report(rows: list[tuple[Case, Outcome]]) -> str:
     lines.append("(r: max_memory_reserved, as the publication reports; otherwise "
                  "max_memory_allocated; sessions ms: the lowest and highest session median "
                  "where a workload was measured in several sessions, i.e. on several lent host "
-                 "instances; meas ms is their median; sim runs ms: the same for the simulations "
-                 "(repeats, or with --at-host-speed each measurement run at its probed host "
-                 "speed), sim ms is their median; host %: the share of the simulated steady step the host "
+                 "instances; meas ms is their median; sim runs ms: the same for the repeated simulations, "
+                 "sim ms is their median; host %: the share of the simulated steady step the host "
                  "bounds)")
     lines.append("")
-    if per_run:
-        lines.append(f"each measurement run against its simulation at the host speed probed "
-                     f"while it ran: {len(per_run)} runs, {_stats(per_run)}")
     if ranged:
         lines.append(f"simulated step within the measured sessions' range: {in_range} of "
                      f"{ranged} workloads measured in several sessions; {wide_in_range} of the "
@@ -647,11 +606,6 @@ def main() -> None:
                         help="simulate nothing: report the runs a previous harness left under "
                              "--out (after a change to the report or to the measured logs' "
                              "medians, not to the simulator)")
-    parser.add_argument("--at-host-speed", action="store_true",
-                        help="simulate each measurement run at the host speed probed while it "
-                             "ran (cluster.host_speed; runs measured with --host-watch), an "
-                             "unprobed one at the reference host's; the case's simulated step "
-                             "is the median of its runs'")
     parser.add_argument("--write-scenarios", action="store_true",
                         help="write scenarios/accuracy/*.yaml for the measured runs and exit")
     args = parser.parse_args()
@@ -674,12 +628,8 @@ def main() -> None:
     start_s = time.perf_counter()
     for index, case in enumerate(cases, 1):
         print(f"[{index}/{len(cases)}] {case.name} ...", end=" ", flush=True)
-        if args.at_host_speed:
-            outcome = simulate_at_host_speeds(case, args.out, console, args.from_outputs)
-        elif args.from_outputs:
-            outcome = read_outcome(args.out / case.name, case)
-        else:
-            outcome = simulate_repeated(case, args.out, console, args.repeats)
+        outcome = (read_outcome(args.out / case.name, case) if args.from_outputs
+                   else simulate_repeated(case, args.out, console, args.repeats))
         rows.append((case, outcome))
         print(f"{_num(outcome.simulated_ms, '.2f')} ms vs {case.measured_ms:.2f} ms measured, "
               f"{outcome.wall_s:.0f} s wall" + (f" ({outcome.error})" if outcome.error else ""),
@@ -689,8 +639,7 @@ def main() -> None:
             else f"harness wall time {time.perf_counter() - start_s:.0f} s")
     text = report(rows) + f"\n\n{wall}"
     print(text)
-    if not (args.no_save or args.only or args.reproducible or args.steady
-            or args.at_host_speed):
+    if not (args.no_save or args.only or args.reproducible or args.steady):
         (ROOFLINE_RESULT_PATH if args.roofline_anchors else RESULT_PATH).write_text(text + "\n")
 
 
