@@ -45,8 +45,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from phantora.network.base import FlowDone, FlowId, GpuId, NetworkBackend, NetworkStats
 from phantora.cluster.topology import Topology
+from phantora.network.base import FlowDone, FlowId, GpuId, NetworkBackend, NetworkStats
 from phantora.network.host_ring import HostRingBackend, RingBroken
 from phantora.network.rails import Rails, find_rails
 from phantora.network.scaled import scaled
@@ -175,12 +175,10 @@ class RailMirrorBackend:
             if key in SUMMED_OVER_RESTARTS and isinstance(value, int | float):
                 total = value + self._discarded[key]
                 extra[key] = round(total) if isinstance(value, int) else round(total, 3)
-        simulated = sorted({rep for rep in self._rep_of}) if not self._full \
-            else list(range(self._rails.count))
         extra.update({
             "symmetry": "full" if self._full else "mirrored",
             "symmetry.rails": self._rails.count,
-            "symmetry.rails_simulated": len(simulated),
+            "symmetry.rails_simulated": len(set(self._rep_of)),
             "symmetry.flows_mirrored": self._counts["mirrored"],
             "symmetry.flows_solo": self._counts["solo"],
             "symmetry.bytes_simulated_share": round(1 / scale, 6),
@@ -193,8 +191,7 @@ class RailMirrorBackend:
             "symmetry.splits": "; ".join(self._splits),
         })
         return NetworkStats(backend=inner.backend, flows=self._next_id, bytes=self._bytes,
-                            extra=extra,
-                            hot_ports=inner.hot_ports)
+                            extra=extra, hot_ports=inner.hot_ports)
 
     def close(self) -> None:
         self._inner.close()
@@ -314,14 +311,14 @@ class RailMirrorBackend:
             nbytes = self._log[flow_id].nbytes
             for index, rep_flow in enumerate(free[qp[:2]]):
                 rep_qp = self._qp(rep_flow)
-                if want is None and (rep_qp in taken or rep_qp in new.values()):
-                    continue
-                if want is not None and rep_qp != want:
+                if rep_qp != want if want is not None else rep_qp in taken:
                     continue
                 rep_bytes = self._log[rep_flow].nbytes
                 if abs(rep_bytes - nbytes) > self._tolerance * max(rep_bytes, nbytes):
                     continue
-                new.setdefault(qp, rep_qp)
+                if want is None:
+                    new[qp] = rep_qp
+                    taken.add(rep_qp)
                 pairs.append((rep_flow, flow_id))
                 del free[qp[:2]][index]
                 break

@@ -93,7 +93,7 @@ def on_console(console: Console, line_every_s: float = 30.0
 
     def report(progress: Progress) -> None:
         if progress.wall_s - printed[0] >= line_every_s:
-            stderr.print(progress.line())
+            stderr.print(progress.line(), soft_wrap=True)
             printed[0] = progress.wall_s
 
     yield report

@@ -279,7 +279,8 @@ class NetworkSpec(_Section):
     symmetry: Annotated[Symmetry, Choice] = "auto"
     """ns3 on a fabric of rails: auto simulates rails that carry identical flows once and
     mirrors them (exact; docs/scale.md), approximate also mirrors rails whose flow sizes
-    differ by up to 0.1% (NCCL's uneven split of a buffer over channels), off simulates every
+    differ by up to 0.1% (NCCL's uneven split of a buffer over channels) and runs each rail's
+    rings on two hosts (within 0.1% of full where queues stay short), off simulates every
     rail."""
 
 

@@ -98,14 +98,20 @@ def replay_row(recording: Path, scenario: dict[str, Any], fabric: str, symmetry:
     path = work / f"{fabric.replace(':', '-')}-{symmetry}.yaml"
     path.write_text(yaml.safe_dump(scenario))
     summary, cost = run_cli(["replay", str(recording), str(path)], work / path.stem)
+    gpus = scenario["cluster"]["hosts"] * scenario["cluster"]["gpus_per_host"]
+    return summary_row(summary, cost, gpus, fabric, symmetry)
+
+
+def summary_row(summary: dict[str, Any], cost: dict[str, float], gpus: int, fabric: str,
+                symmetry: str) -> dict[str, Any]:
+    """A table row from a run's ``summary.json`` and its :func:`run_cli` cost."""
     extra = {key.removeprefix("inter."): value
              for key, value in summary["network"]["extra"].items() if key.startswith("inter.")}
     ns3_cpu_s = float(extra.get("run_cpu_s", 0.0))
     hops = int(extra.get("packet_hops_simulated", extra.get("packet_hops", 0)))
     return {
-        "gpus": scenario["cluster"]["hosts"] * scenario["cluster"]["gpus_per_host"],
-        "fabric": fabric, "symmetry": symmetry, **cost, "ns3_cpu_s": round(ns3_cpu_s, 1),
-        "peak_rss_mb": round(summary["peak_rss_bytes"] / 2**20),
+        "gpus": gpus, "fabric": fabric, "symmetry": symmetry, **cost,
+        "ns3_cpu_s": round(ns3_cpu_s, 1), "peak_rss_mb": round(summary["peak_rss_bytes"] / 2**20),
         "step_ms": round(summary["attribution"]["steady"]["step_ns"] / 1e6, 4),
         "events": int(extra.get("events", 0)),
         "hops_per_cpu_s": round(hops / ns3_cpu_s) if ns3_cpu_s else 0,
