@@ -107,7 +107,7 @@ CUDNN_RNN_HOST = Table(DATA_DIR / "cudnn_rnn_host.json", Source(
     file="scripts/measure/data/rnn_host/ (measure_rnn_host.py: LSTM and GRU calls, fp16 and fp32, "
          "sequences 8-128, 1-2 layers and directions, with the GPU held busy)",
     date="2026-12-08",
-    gpu="NVIDIA H100 80GB HBM3 (a one-GPU cloud VM; 16 vCPUs of an Intel Xeon)",
+    gpu="NVIDIA H100 80GB HBM3 (two one-GPU cloud VMs; 16 vCPUs of an Intel Xeon)",
     nccl="n/a (one GPU)", torch="2.11.0+cu130 (cuDNN 9.19)",
     how="scripts/measure/fit_rnn_host.py: each row on the reference host by the torch_ops probe "
         "beside it; per pass a relative least-squares fit of a call cost plus a cost per "
