@@ -7,9 +7,10 @@ with equal sizes every host does the same at the same time. Such a rail's ports 
 same traffic: a NIC sends its data and the acks of the data it receives, the rail switch
 forwards one host's data and another's acks to each port. Two hosts do the same: host 0 sends
 to host 1, host 1 to host 0 (``d`` odd). So the flows of host ``h`` are simulated by host
-``h mod 2`` and complete with it. What the two hosts do not reproduce is the rail switch's
-total buffer use (the PFC threshold of a shared buffer falls as every port queues): exact
-while queues stay below PFC and ECN thresholds, as on uncongested rails.
+``h mod 2`` and complete with it, where every host's NICs are alike (``Rails.alike_hosts``).
+What the two hosts do not reproduce is the rail switch's total buffer use (the PFC threshold
+of a shared buffer falls as every port queues): exact while queues stay below PFC and ECN
+thresholds, as on uncongested rails.
 
 Flows that are no such ring (a tree's, a send/recv) run on their own hosts while their rail
 carries nothing else; otherwise the pattern is broken for good and :class:`RingBroken` tells

@@ -111,6 +111,8 @@ class RailMirrorBackend:
         self._overdue: list[FlowDone] = []
         self._bytes = 0
         self._simulated_bytes = 0
+        self._connections: set[tuple[GpuId, GpuId, int]] = set()
+        """Every (src, dst, tag): a queue pair (RoCE) or connection (DCTCP) each."""
         self._counts = {"mirrored": 0, "solo": 0, "restarts": 0, "divergent": 0}
         self._max_divergence_ns = 0
         self._discarded: dict[str, float] = defaultdict(float)
@@ -121,6 +123,7 @@ class RailMirrorBackend:
     # -- NetworkBackend -------------------------------------------------------------------
     def add_flow(self, src: GpuId, dst: GpuId, nbytes: int, start_ns: int, tag: int = 0) -> FlowId:
         self._bytes += nbytes
+        self._connections.add((src, dst, tag))
         flow_id = self._next_id
         self._next_id += 1
         if self._full:
@@ -171,6 +174,9 @@ class RailMirrorBackend:
         inner = self._inner.stats()
         scale = self._bytes / self._simulated_bytes if self._simulated_bytes else 1.0
         extra = scaled(inner.extra, scale)
+        for key in ("queue_pairs", "connections"):  # counted, not scaled
+            if key in extra:
+                extra[key] = len(self._connections)
         for key, value in inner.extra.items():
             if key in SUMMED_OVER_RESTARTS and isinstance(value, int | float):
                 total = value + self._discarded[key]
@@ -438,7 +444,8 @@ def rail_mirrored(topology: Topology, make_inner: Callable[[], NetworkBackend],
     if symmetry == "off":
         return make_inner()
     rails, why = find_rails(topology)
-    if symmetry == "approximate" and rails is not None and topology.hosts % 2 == 0:
+    if symmetry == "approximate" and rails is not None and rails.alike_hosts and \
+            topology.hosts % 2 == 0:
         return RailMirrorBackend(
             rails, lambda: HostRingBackend(rails, make_inner, APPROXIMATE_SIZE_TOLERANCE), True,
             why, make_plain=make_inner)

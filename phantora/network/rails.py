@@ -21,6 +21,9 @@ class Rails:
     count: int
     rail_of: tuple[int, ...]
     host_of: tuple[int, ...]
+    alike_hosts: bool = True
+    """Every NIC has the same rate and latency, so hosts too are interchangeable
+    (:mod:`phantora.network.host_ring`)."""
 
     def local(self, src: int, dst: int) -> bool:
         """Whether a flow from GPU ``src`` to GPU ``dst`` stays on one rail."""
@@ -51,4 +54,4 @@ def find_rails(topology: Topology) -> tuple[Rails | None, str]:
         rates = {nic[g] for g in range(topology.num_gpus) if host_of[g] == host}
         if len(rates) > 1:
             return None, f"host {host}'s NICs differ in rate or latency from rail to rail"
-    return Rails(len(switches), rail_of, host_of), ""
+    return Rails(len(switches), rail_of, host_of, len(set(nic.values())) == 1), ""

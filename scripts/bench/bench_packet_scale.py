@@ -1,20 +1,21 @@
 """Whole training steps at packet level: full ns-3 against rail mirroring, same recording.
 
 Records a training script once (a live run on the flow backend, a few seconds to minutes),
-then replays the recording at packet level (ns-3, RoCE) on each fabric and each
-``cluster.network.symmetry`` setting, each replay in a fresh process: off simulates every rail
-(full packet level, the reference), auto mirrors rails with identical flows (exact), approximate
-also mirrors rails whose flow sizes differ by up to 0.1% and simulates each rail's rings on two
-hosts. It prints, per run, the wall and CPU seconds (all processes; the host is shared, so
-CPU is the steadier measure), the ns-3 part of it, peak RSS, ns-3 events, packet-hops per
-second of ns-3 CPU, the steady step, the fabric's counters (data packets, ECN marks, PFC pause
-frames, CNPs, drops), what mirroring did (rails simulated, restarts, fallback), and each fast
-run's difference to full on its fabric. A mirrored run's counters are its simulated ones
-scaled to every rail and host.
+then replays the recording at packet level (ns-3, RoCE or ``--transport dctcp``) on each
+fabric and each ``cluster.network.symmetry`` setting, each replay in a fresh process: off
+simulates every rail (full packet level, the reference), auto mirrors rails with identical
+flows (exact), approximate also mirrors rails whose flow sizes differ by up to 0.1% and
+simulates each rail's rings on two hosts. It prints, per run, the wall and CPU seconds (all
+processes; the host is shared, so CPU is the steadier measure), the ns-3 part of it, peak
+RSS, ns-3 events, packet-hops per second of ns-3 CPU, the steady step, the fabric's counters
+(data packets, ECN marks, PFC pause frames, CNPs, rate cuts, drops), what mirroring did
+(rails simulated, restarts, fallback), and each fast run's difference to full on its fabric.
+A mirrored run's counters are its simulated ones scaled to every rail and host.
 
-Fabrics: rail-optimized (rings stay on their rail: uncongested) and a 4:1 oversubscribed
-leaf-spine with 2 hosts per leaf (rings cross spines: ECN marks and DCQCN cuts), which has no
-rails, so mirroring falls back to full there.
+Fabrics: rail-optimized (rings stay on their rail), the same with host 3's NICs at half rate
+(every rail alike: mirrored, but no two-host rings), and a 4:1 oversubscribed leaf-spine with
+2 hosts per leaf (rings cross spines: ECN marks and DCQCN cuts), which has no rails, so
+mirroring falls back to full there.
 
 Default workload: GPT-2 124M, FSDP2 over 128 H100s (16 hosts of 8), 100 Gbps NICs, 2 steps
 (scenarios/studies/gpt2-124m-fsdp2-128xh100-fabrics.yaml without its sweep). ``--scale``
@@ -50,8 +51,13 @@ STUDY = ROOT / "scenarios" / "studies" / "gpt2-124m-fsdp2-128xh100-fabrics.yaml"
 SCALE = ROOT / "scenarios" / "scale" / "h100-1024-llama3-8b-fsdp2.yaml"
 FABRICS: dict[str, dict[str, Any]] = {
     "rail": {"topology": "rail-optimized"},
+    "rail-slow-host": {"topology": "rail-optimized"},
     "leaf-spine-4:1": {"topology": "leaf-spine", "oversubscription": 4, "hosts_per_leaf": 2},
 }
+FAULTS: dict[str, list[dict[str, Any]]] = {
+    "rail-slow-host": [{"kind": "nic_degrade", "hosts": [3], "factor": 0.5}],
+}
+"""Faults of a fabric: host 3's NICs at half rate congest every rail alike."""
 SYMMETRY = ("off", "auto", "approximate")
 COUNTERS = ("data_packets", "ecn_marks", "pfc_pause_frames", "cnps", "rate_cuts", "drops")
 """Fabric counters compared between full and fast."""
@@ -88,18 +94,21 @@ def run_cli(argv: list[str], out: Path) -> tuple[dict[str, Any], dict[str, float
 
 
 def replay_row(recording: Path, scenario: dict[str, Any], fabric: str, symmetry: str,
-               work: Path) -> dict[str, Any]:
+               transport: str, work: Path) -> dict[str, Any]:
     """Replay ``recording`` at packet level on ``fabric`` with ``symmetry``; one table row."""
     network = scenario["cluster"]["network"]
-    network.update(backend="ns3", transport="roce", symmetry=symmetry, **FABRICS[fabric])
+    network.update(backend="ns3", transport=transport, symmetry=symmetry, **FABRICS[fabric])
+    if transport != "roce":
+        network.pop("roce", None)
     for key in ("oversubscription", "hosts_per_leaf"):
         if key not in FABRICS[fabric]:
             network.pop(key, None)
-    path = work / f"{fabric.replace(':', '-')}-{symmetry}.yaml"
+    scenario["faults"] = FAULTS.get(fabric, [])
+    path = work / f"{fabric.replace(':', '-')}-{transport}-{symmetry}.yaml"
     path.write_text(yaml.safe_dump(scenario))
     summary, cost = run_cli(["replay", str(recording), str(path)], work / path.stem)
     gpus = scenario["cluster"]["hosts"] * scenario["cluster"]["gpus_per_host"]
-    return summary_row(summary, cost, gpus, fabric, symmetry)
+    return summary_row(summary, cost, gpus, f"{fabric} {transport}", symmetry)
 
 
 def summary_row(summary: dict[str, Any], cost: dict[str, float], gpus: int, fabric: str,
@@ -156,6 +165,7 @@ def main() -> None:
     parser = common.parser(__doc__)
     parser.add_argument("--fabric", nargs="*", default=list(FABRICS), choices=list(FABRICS))
     parser.add_argument("--symmetry", nargs="*", default=list(SYMMETRY), choices=SYMMETRY)
+    parser.add_argument("--transport", default="roce", choices=["roce", "dctcp"])
     parser.add_argument("--scale", action="store_true",
                         help="Llama 3 8B FSDP2 (scenarios/scale/) instead of GPT-2 124M")
     parser.add_argument("--hosts", type=int, help="hosts of 8 GPUs (default: the scenario's)")
@@ -181,7 +191,7 @@ def main() -> None:
         for fabric in args.fabric:
             for symmetry in args.symmetry:
                 rows.append(replay_row(recording, json.loads(json.dumps(scenario)), fabric,
-                                       symmetry, work))
+                                       symmetry, args.transport, work))
                 rows[-1]["load_avg"] = round(os.getloadavg()[0], 2)
                 print(json.dumps(rows[-1]), flush=True)
     add_differences(rows)

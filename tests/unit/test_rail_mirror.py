@@ -9,6 +9,7 @@ backend is the cheap inner model; one case runs on ns-3 RoCE and checks counters
 
 import importlib.util
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 
@@ -69,6 +70,19 @@ def test_rails_of_a_rail_fabric_and_none_elsewhere() -> None:
     rails, why = find_rails(leaf_spine(HOST, hosts=HOSTS, hosts_per_leaf=1, spines=2,
                                        link_gbps=100.0, latency_ns=500))
     assert rails is None and "no rails" in why
+
+
+def test_a_slow_host_keeps_the_rails_but_not_the_two_host_rings() -> None:
+    topology = rails_fabric()
+    for gpu in range(RAILS):  # host 0's NICs at half rate, on every rail alike
+        nic = topology.nic_of(gpu)
+        topology.links[nic] = replace(topology.links[nic], gbps=200.0)
+    rails, _ = find_rails(topology)
+    assert rails is not None and not rails.alike_hosts
+    backend = rail_mirrored(topology, fluid(topology), "approximate")
+    rounds = [ring([1_000_000] * RAILS)]
+    assert run(backend, rounds) == run(fluid(topology)(), rounds)
+    assert "symmetry.ring_hosts_simulated" not in backend.stats().extra
 
 
 def test_identical_rails_are_simulated_once() -> None:
