@@ -168,6 +168,13 @@ def test_ns3_roce_mirrored_equals_every_rail_with_counters() -> None:
     for key in ("data_packets", "packet_hops", "queue_pairs"):
         assert extra[key] == full_extra[key]
     assert int(extra["events"]) < int(full_extra["events"]) / 2
+    approximate = rail_mirrored(topology, lambda: Ns3Backend(topology, config), "approximate")
+    got = run(approximate, rounds)
+    assert all(abs(got[key] - end) <= 1e-3 * end for key, end in want.items())
+    extra = approximate.stats().extra
+    assert extra["symmetry.ring_hosts_simulated"] == 2
+    assert abs(int(extra["data_packets"]) - int(full_extra["data_packets"])) <= \
+        0.1 * int(full_extra["data_packets"])
 
 
 def test_approximate_runs_rings_on_two_hosts() -> None:
