@@ -2,8 +2,9 @@
 
 SCALED_COUNTERS = frozenset({
     "data_packets", "ack_packets", "packet_hops", "drops", "ecn_marks", "pfc_pause_frames",
-    "pfc_paused_ports", "pfc_paused_us_total", "queue_pairs", "queue_pairs_with_cnp",
-    "queue_pairs_rate_cut", "cnps", "rate_cuts", "retransmissions", "connections",
+    "pfc_paused_ports", "pfc_paused_us_total", "queue_pairs_with_cnp",
+    "queue_pairs_rate_cut", "cnps", "rate_cuts", "retransmissions", "drained_packets",
+    "reordered_packets", "link_down_drops",
 })
 """Counters of the ns-3 backend that add up over the parts of a fabric; maxima, minima and
 costs are not scaled."""
