@@ -8,9 +8,9 @@ Each case times the call's wall time on the host while the GPU is held by a ``to
 (``queue_full``) says nothing of the host. The GPU time of the same calls is in the kernel tables (``measure_kernels.py
 --sections rnn``). A cloud host's speed drifts within minutes, so each case carries its own
 host-speed probe (``intercept.host_time.host_benchmark``, taken just before it, ``probe_ns``);
-the run's first and last probes are kept too. The grid holds one layer width; the zoo's LSTM
-(``scenarios/examples/zoo_train.py --model torch-lstm``: width 1024) is the check case
-(``"check": true``). Writes ``rnn_host.json``.
+the run's first and last probes are kept too. The grid holds two layer widths (512, the zoo
+LSTM's 1024); shapes between them are the check cases (``"check": true``). Writes
+``rnn_host.json``.
 
   python3 scripts/measure/measure_rnn_host.py --out "$OUT/rnn_host"    # on a GPU
 """
@@ -34,9 +34,10 @@ from intercept.host_time import host_benchmark  # noqa: E402
 SEQS = (8, 32, 128)
 LAYERS = (1, 2)
 DIRECTIONS = (1, 2)
-BATCH, HIDDEN = 32, 512
-CHECK_CASES = (("lstm", "fp16", (128, 32, 1024, 1024, 2, 1)),)
-"""The zoo LSTM's layers under autocast: measured, not fitted on."""
+BATCH = 32
+HIDDENS = (512, 1024)
+CHECK_CASES = (("lstm", "fp16", (96, 32, 768, 768, 2, 1)), ("gru", "fp32", (64, 32, 768, 768, 1, 2)))
+"""Shapes between the grid's: measured, not fitted on."""
 PROBE_ROUNDS = 3
 WARMUP, REPEATS = 2, 5
 SLEEP_CYCLES = 100_000_000
@@ -65,9 +66,9 @@ def main() -> None:
     args = parser.parse_args()
     device = torch.device("cuda")
     probe_before = host_benchmark.measure()
-    grid = [(cell, dtype, (seq, BATCH, HIDDEN, HIDDEN, layers, directions), False)
-            for cell in ("lstm", "gru") for dtype in ("fp16", "fp32") for seq in SEQS
-            for layers in LAYERS for directions in DIRECTIONS]
+    grid = [(cell, dtype, (seq, BATCH, hidden, hidden, layers, directions), False)
+            for cell in ("lstm", "gru") for dtype in ("fp16", "fp32") for hidden in HIDDENS
+            for seq in SEQS for layers in LAYERS for directions in DIRECTIONS]
     rows = []
     for cell, dtype, dims, check in [*grid, *((*case, True) for case in CHECK_CASES)]:
         seq, batch, _input, hidden, layers, directions = dims
