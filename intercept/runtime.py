@@ -121,7 +121,9 @@ class RankRuntime:
         the compute model's duration to the GPU stream. ``tensors``: a foreach op's list
         length (its host cost grows with it); ``launch_overhead_ns`` replaces the table's cost
         where given (a compiled graph's launcher; 0 for a kernel of a replayed CUDA graph);
-        ``host_key`` the host-cost table's key where it is not the op's name."""
+        ``host_key`` the host-cost table's key where it is not the op's name. A cuDNN recurrent
+        call is charged per time step it enqueues, after its kernel is recorded
+        (``intercept.host_time.cudnn_rnn_host``)."""
         with self.clock.excluded():
             cost = self._kernel_cost(spec)
             name = spec.name.removeprefix("aten::")
